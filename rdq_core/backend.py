@@ -1,0 +1,116 @@
+"""The plugin interface a backend registers under the ``rdq.backends`` entry point.
+
+A backend package exposes one :class:`Backend` instance, e.g. in its
+``pyproject.toml``::
+
+    [project.entry-points."rdq.backends"]
+    mystore = "rdq_mystore.plugin:backend"
+
+The kit then provisions a :class:`Server` (an explicit DSN, a server it starts,
+a container, or an embedded location), creates an isolated namespace per test,
+and opens :class:`~rdq_core.spi.Storage` objects in it — in its own process and,
+through a picklable :class:`StorageSpec`, in worker processes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rdq_core.spi import Storage
+
+#: Faults a server may support; the chaos harness only schedules those it declares.
+KILL_SERVER = "kill_server"
+RESTART_SERVER = "restart_server"
+CUT_CONNECTIONS = "cut_connections"
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """Everything a process needs to open the same storage: picklable, printable."""
+
+    backend: str
+    dsn: str
+    namespace: str
+
+
+@dataclass(frozen=True)
+class ProvisionRequest:
+    """What the kit asks a backend to provision.
+
+    ``dsn`` is an explicit server address (skip every other rung of the ladder);
+    ``workdir`` is a private temporary folder the server may live in;
+    ``options`` are backend-specific settings (``--rdq-option key=value``);
+    ``allow_docker`` permits the container rung.
+    """
+
+    workdir: Path
+    dsn: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    allow_docker: bool = True
+
+
+class UnsupportedFault(NotImplementedError):
+    """The server cannot inject this fault (e.g. it was given by DSN, not started by us)."""
+
+
+class Server(ABC):
+    """A provisioned storage location: a server the kit started or was given.
+
+    ``close()`` stops and removes whatever the kit started, and is idempotent.
+    """
+
+    #: The address workers connect to.
+    dsn: str
+    #: How it was provisioned, for humans: ``"given DSN"``, ``"local binary ..."``, ...
+    origin: str = "embedded"
+    #: The faults :meth:`kill`, :meth:`restart` and :meth:`cut_connections` support.
+    faults: frozenset[str] = frozenset()
+
+    @abstractmethod
+    def create_namespace(self) -> str:
+        """Create an isolated, empty namespace (schema, key prefix, database, file)."""
+
+    @abstractmethod
+    def drop_namespace(self, namespace: str) -> None:
+        """Remove a namespace and everything in it; idempotent."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop what the kit started; leave a given server running."""
+
+    def kill(self) -> None:
+        """SIGKILL the server (it stays down until :meth:`restart`)."""
+        raise UnsupportedFault(f"{type(self).__name__} cannot kill its server")
+
+    def restart(self) -> None:
+        """Start the server again after :meth:`kill` (or stop it cleanly and start it)."""
+        raise UnsupportedFault(f"{type(self).__name__} cannot restart its server")
+
+    def cut_connections(self, namespace: str) -> int:
+        """Terminate clients' connections to the namespace; returns how many."""
+        raise UnsupportedFault(f"{type(self).__name__} cannot cut connections")
+
+    def pids(self) -> list[int]:
+        """Process ids of server processes the kit started (for leak checks)."""
+        return []
+
+
+class Backend(ABC):
+    """A storage plugin: how to provision a server and how to open storage on it."""
+
+    #: The name users pass to ``--rdq-backend``.
+    name: str
+
+    @abstractmethod
+    def provision(self, request: ProvisionRequest) -> Server:
+        """Find or start a server, or raise ``ProvisionUnavailable`` naming the remedies."""
+
+    @abstractmethod
+    def open(self, dsn: str, namespace: str) -> Storage:
+        """Open storage in an existing namespace (called in any process)."""
+
+    def open_spec(self, spec: StorageSpec) -> Storage:
+        return self.open(spec.dsn, spec.namespace)
