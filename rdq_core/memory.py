@@ -1,4 +1,4 @@
-"""The in-memory reference store: the executable spec of SPEC §1–4.
+"""The in-memory reference store: the executable spec of SPEC §1-4.
 
 Thread-safe (one lock around every operation, so each is atomic), in-process only.
 Its clock is injectable so a model can be driven without sleeping. Every other

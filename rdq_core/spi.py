@@ -232,5 +232,7 @@ def _cursor_str(cursor: object) -> str:
     from rdq_core.errors import StaleCursor
 
     if not isinstance(cursor, str) or not cursor:
-        raise StaleCursor(f"cursor must be a non-empty str from DlqPage.next_cursor, got {cursor!r}")
+        raise StaleCursor(
+            f"cursor must be a non-empty str from DlqPage.next_cursor, got {cursor!r}"
+        )
     return cursor

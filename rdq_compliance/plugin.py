@@ -1,0 +1,241 @@
+"""The pytest plugin (registered through the ``pytest11`` entry point).
+
+``pytest --rdq-backend=NAME`` resolves NAME through the ``rdq.backends`` entry
+points, provisions a server for it once per session, gives every test its own
+namespace, and adds the kit's suites (shipped in :mod:`rdq_compliance.suite`) to
+whatever else pytest collected. Without a backend the plugin stays out of the way.
+
+Fixtures for suites and for a backend author's own tests:
+
+``rdq_backend``      the :class:`~rdq_core.backend.Backend` under test (session)
+``rdq_server``       the provisioned :class:`~rdq_core.backend.Server` (session)
+``rdq_capabilities`` what the backend declares (session)
+``rdq_spec``         a fresh, isolated namespace as a picklable ``StorageSpec``
+``rdq_storage``      a ``Storage`` opened on that namespace
+``rdq_connect``      a factory opening more ``Storage`` handles on the same namespace
+
+Markers: ``rdq_requires(*capabilities)`` skips a test (saying why) when the backend
+does not declare a capability; ``rdq_requires_fault(*faults)`` does the same for
+server faults; ``chaos`` and ``stateful`` tag the long-running suites.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rdq_compliance import registry, settings
+from rdq_core.backend import Backend, ProvisionRequest, Server, StorageSpec
+from rdq_core.errors import InvalidArgument, ProvisionUnavailable
+from rdq_core.model import Capabilities
+from rdq_core.spi import Storage
+
+SUITE_DIR = Path(__file__).parent / "suite"
+_SETTINGS = pytest.StashKey[settings.Settings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rdq", "rdq compliance kit")
+    group.addoption(
+        "--rdq-backend",
+        metavar="NAME",
+        help="run the rdq kit against this backend (an rdq.backends entry point name, "
+        "or module.path:attribute); also RDQ_BACKEND or [tool.rdq] backend",
+    )
+    group.addoption(
+        "--rdq-dsn",
+        metavar="DSN",
+        help="use this server instead of starting one (also RDQ_<BACKEND>_DSN, RDQ_DSN)",
+    )
+    group.addoption(
+        "--rdq-require-backend",
+        action="store_true",
+        default=False,
+        help="fail, instead of skipping, when no server can be provisioned",
+    )
+    group.addoption(
+        "--rdq-no-docker",
+        action="store_true",
+        default=False,
+        help="never try containers when provisioning",
+    )
+    group.addoption(
+        "--rdq-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a backend-specific setting (repeatable)",
+    )
+    group.addoption(
+        "--rdq-no-suite",
+        action="store_true",
+        default=False,
+        help="provide the fixtures but do not add the kit's own suites",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in (
+        "rdq_requires(*capabilities): skip unless the backend declares these capabilities",
+        "rdq_requires_fault(*faults): skip unless the provisioned server supports these faults",
+        "rdq_conformance: a test of the rdq conformance suite",
+        "chaos: an rdq chaos suite (real worker processes, injected faults)",
+        "stateful: an rdq property-based state machine",
+    ):
+        config.addinivalue_line("markers", line)
+    try:
+        resolved = settings.resolve(
+            cli_backend=config.getoption("rdq_backend"),
+            cli_dsn=config.getoption("rdq_dsn"),
+            cli_require=config.getoption("rdq_require_backend"),
+            cli_no_docker=config.getoption("rdq_no_docker"),
+            cli_options=config.getoption("rdq_option"),
+            rootpath=config.rootpath,
+        )
+    except InvalidArgument as exc:
+        raise pytest.UsageError(f"rdq: {exc}") from None
+    if resolved.backend is not None:
+        try:
+            registry.load_backend(resolved.backend)
+        except registry.UnknownBackend as exc:
+            raise pytest.UsageError(f"rdq: {exc}") from None
+    config.stash[_SETTINGS] = resolved
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    s = config.stash.get(_SETTINGS, None)
+    if s is None or s.backend is None:
+        return None
+    where = f"dsn {s.dsn}" if s.dsn else "provisioned by the kit"
+    return f"rdq: backend {s.backend} ({where})"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Add the kit's suites when a backend is selected and they were not collected already."""
+    s = config.stash[_SETTINGS]
+    if s.backend is None or config.getoption("rdq_no_suite"):
+        return
+    suite = SUITE_DIR.resolve()
+    if any(suite in Path(str(item.path)).resolve().parents for item in items):
+        return
+    for path in sorted(suite.glob("test_*.py")):
+        module = pytest.Module.from_parent(session, path=path)
+        items.extend(session.genitems(module))
+
+
+# ---- fixtures -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def rdq_settings(pytestconfig: pytest.Config) -> settings.Settings:
+    return pytestconfig.stash[_SETTINGS]
+
+
+@pytest.fixture(scope="session")
+def rdq_backend(rdq_settings: settings.Settings) -> Backend:
+    if rdq_settings.backend is None:
+        pytest.skip("no rdq backend selected: pass --rdq-backend=NAME (or set RDQ_BACKEND)")
+    return registry.load_backend(rdq_settings.backend)
+
+
+@pytest.fixture(scope="session")
+def rdq_server(rdq_backend: Backend, rdq_settings: settings.Settings) -> Iterator[Server]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"rdq-{rdq_backend.name}-"))
+    request = ProvisionRequest(
+        workdir=workdir,
+        dsn=rdq_settings.dsn,
+        options=dict(rdq_settings.options),
+        allow_docker=rdq_settings.docker,
+    )
+    try:
+        server = rdq_backend.provision(request)
+    except ProvisionUnavailable as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        message = f"rdq backend {rdq_backend.name!r} unavailable: {exc}"
+        if rdq_settings.require_backend:
+            pytest.fail(message + " (failing because --rdq-require-backend is set)")
+        pytest.skip(message)
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _spec_name(backend: Backend, settings_: settings.Settings) -> str:
+    return settings_.backend or backend.name
+
+
+@pytest.fixture
+def rdq_spec(
+    rdq_server: Server, rdq_backend: Backend, rdq_settings: settings.Settings
+) -> Iterator[StorageSpec]:
+    namespace = rdq_server.create_namespace()
+    try:
+        yield StorageSpec(_spec_name(rdq_backend, rdq_settings), rdq_server.dsn, namespace)
+    finally:
+        rdq_server.drop_namespace(namespace)
+
+
+@pytest.fixture
+def rdq_connect(rdq_backend: Backend, rdq_spec: StorageSpec) -> Iterator[Callable[[], Storage]]:
+    opened: list[Storage] = []
+
+    def connect() -> Storage:
+        storage = rdq_backend.open_spec(rdq_spec)
+        opened.append(storage)
+        return storage
+
+    try:
+        yield connect
+    finally:
+        for storage in reversed(opened):
+            storage.close()
+
+
+@pytest.fixture
+def rdq_storage(rdq_connect: Callable[[], Storage]) -> Storage:
+    return rdq_connect()
+
+
+@pytest.fixture(scope="session")
+def rdq_capabilities(rdq_server: Server, rdq_backend: Backend) -> Capabilities:
+    namespace = rdq_server.create_namespace()
+    try:
+        storage = rdq_backend.open(rdq_server.dsn, namespace)
+        try:
+            return storage.capabilities()
+        finally:
+            storage.close()
+    finally:
+        rdq_server.drop_namespace(namespace)
+
+
+@pytest.fixture(autouse=True)
+def _rdq_requirements(request: pytest.FixtureRequest) -> None:
+    caps_marks = list(request.node.iter_markers("rdq_requires"))
+    fault_marks = list(request.node.iter_markers("rdq_requires_fault"))
+    if not caps_marks and not fault_marks:
+        return
+    backend: Backend = request.getfixturevalue("rdq_backend")
+    if caps_marks:
+        caps: Capabilities = request.getfixturevalue("rdq_capabilities")
+        for mark in caps_marks:
+            for name in mark.args:
+                if not caps.has(name):
+                    pytest.skip(f"backend {backend.name!r} does not declare capability {name!r}")
+    if fault_marks:
+        server: Server = request.getfixturevalue("rdq_server")
+        for mark in fault_marks:
+            for name in mark.args:
+                if name not in server.faults:
+                    pytest.skip(
+                        f"the {backend.name!r} server ({server.origin}) cannot inject {name!r}"
+                    )

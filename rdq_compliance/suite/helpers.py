@@ -1,0 +1,107 @@
+"""Small helpers shared by the conformance tests.
+
+Waiting is always measured on the storage's clock: a test that needs a lease to
+expire polls ``storage.now()`` until it is past the expiry, so a slow machine makes
+the test slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from datetime import datetime, timedelta
+
+from rdq_core.errors import StaleClaim
+from rdq_core.model import Claim, ErrorInfo, NewTask, Outcome, Task
+from rdq_core.spi import Storage
+
+#: A lease short enough to let expire in a test, long enough to hold across a few calls.
+SHORT_LEASE = timedelta(milliseconds=400)
+#: A lease no test outlives.
+LONG_LEASE = timedelta(minutes=10)
+
+_ids = itertools.count(1)
+
+
+def task_id(prefix: str = "t") -> str:
+    """A fresh id, unique within this process run."""
+    return f"{prefix}-{os.getpid()}-{next(_ids)}"
+
+
+def new_task(
+    queue: str = "q",
+    id: str | None = None,
+    handler: str = "h",
+    payload: bytes = b"",
+    headers: dict[str, str] | None = None,
+    delay: timedelta = timedelta(0),
+) -> NewTask:
+    return NewTask(
+        id=id or task_id(),
+        queue=queue,
+        handler=handler,
+        payload=payload,
+        headers=headers or {},
+        delay=delay,
+    )
+
+
+def enqueue(storage: Storage, queue: str = "q", **kwargs: object) -> str:
+    """Enqueue a fresh task and return its id."""
+    task = new_task(queue, **kwargs)  # type: ignore[arg-type]
+    assert storage.enqueue(task) is True
+    return task.id
+
+
+def claim_one(storage: Storage, queue: str = "q", lease: timedelta = LONG_LEASE) -> Claim:
+    """Claim exactly one task; fails the test if the claim returns anything else."""
+    claims = storage.claim_due(queue, 1, lease)
+    assert len(claims) == 1, f"expected one claimable task in {queue!r}, got {len(claims)}"
+    return claims[0]
+
+
+def wait_until(storage: Storage, when: datetime, timeout: float = 30.0) -> None:
+    """Sleep until the storage's clock is strictly past ``when``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = storage.now()
+        if now > when:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"storage clock stuck at {now}, waiting for {when}")
+        time.sleep(min(0.05, max(0.001, (when - now).total_seconds() + 0.001)))
+
+
+def expire(storage: Storage, claim: Claim) -> None:
+    """Wait until the claim's lease has expired by the storage's clock."""
+    wait_until(storage, claim.lease_expires_at)
+
+
+def make_dead(
+    storage: Storage,
+    queue: str = "q",
+    error: ErrorInfo | None = None,
+    handler: str = "h",
+    **kwargs: object,
+) -> Task:
+    """Enqueue, claim and dead-letter one task; returns it as stored.
+
+    The queue must hold nothing else that is due (the claim must pick this task).
+    """
+    tid = enqueue(storage, queue, handler=handler, **kwargs)
+    claim = claim_one(storage, queue)
+    assert claim.task_id == tid, f"make_dead: queue {queue!r} had another due task"
+    storage.dead_letter(
+        tid, claim.token, error or ErrorInfo("boom.Error", "boom"), Outcome.PERMANENT_FAILURE
+    )
+    return storage.get(tid)
+
+
+def is_stale(fn: object, *args: object) -> bool:
+    """True if calling ``fn(*args)`` raises StaleClaim."""
+    try:
+        fn(*args)  # type: ignore[operator]
+    except StaleClaim:
+        return True
+    return False
