@@ -26,7 +26,9 @@ from rdq_core.model import (
     Status,
     Task,
 )
+from rdq_core.retry import PermanentError, RetryableError, RetryPolicy
 from rdq_core.spi import Storage
+from rdq_core.worker import LeaseLost, TaskContext, Worker, WorkerObserver
 
 __all__ = [
     "Attempt",
@@ -39,16 +41,23 @@ __all__ = [
     "ErrorInfo",
     "IdConflict",
     "InvalidArgument",
+    "LeaseLost",
     "NewTask",
     "NotFound",
     "Outcome",
+    "PermanentError",
     "ProvisionUnavailable",
     "QueueStats",
     "RdqError",
+    "RetryPolicy",
+    "RetryableError",
     "Selector",
     "StaleClaim",
     "StaleCursor",
     "Status",
     "Storage",
     "Task",
+    "TaskContext",
+    "Worker",
+    "WorkerObserver",
 ]
