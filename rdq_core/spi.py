@@ -13,8 +13,14 @@ Conventions every hook keeps:
   and a fresh token, and for a reclaim appends a LEASE_EXPIRED attempt numbered
   ``max(attempt_no) + 1`` and increments ``attempt_count``;
 - ``complete``/``reschedule``/``dead_letter``/``extend_lease`` require status
-  IN_FLIGHT and the current token, else raise ``StaleClaim`` and change nothing;
+  IN_FLIGHT and the current token, else raise ``StaleClaim`` and change nothing
+  (an unknown task id is also ``StaleClaim``: no claim of it is current);
+- a cursor that is not a non-empty string from ``DlqPage.next_cursor`` is
+  ``StaleCursor``, like a malformed or foreign one;
+- the token, not the clock, fences: a worker whose lease expired may still report
+  or extend while nobody has reclaimed the task;
 - the attempt such a call appends starts at the claim's ``claimed_at`` and ends now;
+  the LEASE_EXPIRED attempt a reclaim appends ends at the reclaim;
 - selectors only ever touch DEAD tasks of the given queue; an empty one selects
   nothing; ids that are not DEAD in that queue are ignored (the count says how many
   were acted on);
@@ -132,7 +138,7 @@ class Storage(ABC):
             v.page_size(limit),
         )
 
-    def redrive(self, queue: str, selector: Selector) -> int:
+    def redrive(self, queue: str, selector: Selector | list[str] | tuple[str, ...]) -> int:
         """Selected DEAD tasks become PENDING and due now, ``attempt_count = 0``,
         ``redrive_count + 1``, history kept. Returns how many were redriven."""
         sel = v.selector(selector)
@@ -141,7 +147,7 @@ class Storage(ABC):
             return 0
         return self._redrive(v.queue_name(queue), sel)
 
-    def purge(self, queue: str, selector: Selector) -> int:
+    def purge(self, queue: str, selector: Selector | list[str] | tuple[str, ...]) -> int:
         """Delete selected DEAD tasks with their history. Returns how many."""
         sel = v.selector(selector)
         if _selects_nothing(sel):

@@ -193,6 +193,9 @@ def failure_outcome(value: object) -> Outcome:
 
 
 def selector(value: object) -> ByIds | DlqFilter:
+    """A ``ByIds``, a ``DlqFilter``, or a plain list/tuple of ids (SPEC §4)."""
+    if isinstance(value, (list, tuple)):
+        value = ByIds(value)
     if isinstance(value, ByIds):
         if len(value.ids) > MAX_SELECTOR_IDS:
             raise InvalidArgument(f"at most {MAX_SELECTOR_IDS} ids per selector")
@@ -202,7 +205,8 @@ def selector(value: object) -> ByIds | DlqFilter:
     if isinstance(value, DlqFilter):
         return dlq_filter(value)
     raise InvalidArgument(
-        f"selector must be ByIds([...]) or DlqFilter(...), got {type(value).__name__}"
+        f"selector must be a list of ids, ByIds([...]) or DlqFilter(...), "
+        f"got {type(value).__name__}"
     )
 
 

@@ -12,6 +12,7 @@ import os
 import time
 from datetime import datetime, timedelta
 
+from rdq_compliance.rules import message
 from rdq_core.errors import StaleClaim
 from rdq_core.model import Claim, ErrorInfo, NewTask, Outcome, Task
 from rdq_core.spi import Storage
@@ -50,14 +51,18 @@ def new_task(
 def enqueue(storage: Storage, queue: str = "q", **kwargs: object) -> str:
     """Enqueue a fresh task and return its id."""
     task = new_task(queue, **kwargs)  # type: ignore[arg-type]
-    assert storage.enqueue(task) is True
+    assert storage.enqueue(task) is True, message(
+        "enqueue-idempotent", f"enqueue of new task {task.id!r} did not return True"
+    )
     return task.id
 
 
 def claim_one(storage: Storage, queue: str = "q", lease: timedelta = LONG_LEASE) -> Claim:
     """Claim exactly one task; fails the test if the claim returns anything else."""
     claims = storage.claim_due(queue, 1, lease)
-    assert len(claims) == 1, f"expected one claimable task in {queue!r}, got {len(claims)}"
+    assert len(claims) == 1, message(
+        "reclaim-expired", f"expected one claimable task in {queue!r}, got {len(claims)}"
+    )
     return claims[0]
 
 
@@ -91,7 +96,9 @@ def make_dead(
     """
     tid = enqueue(storage, queue, handler=handler, **kwargs)
     claim = claim_one(storage, queue)
-    assert claim.task_id == tid, f"make_dead: queue {queue!r} had another due task"
+    assert claim.task_id == tid, message(
+        "claim-order", f"claimed {claim.task_id!r}, expected {tid!r} (the only due task)"
+    )
     storage.dead_letter(
         tid, claim.token, error or ErrorInfo("boom.Error", "boom"), Outcome.PERMANENT_FAILURE
     )

@@ -1,0 +1,36 @@
+"""The rules the kit checks, by id. Every failure message starts with one of these ids,
+so a report names the rule broken (see SPEC.md)."""
+
+from __future__ import annotations
+
+RULES: dict[str, str] = {
+    "one-claim": "no two workers hold a live claim on the same task (SPEC §3)",
+    "claim-limit": "claim_due never returns more than `limit` tasks (SPEC §5.9)",
+    "claim-order": "due tasks are claimed in order of due time (SPEC §5.9)",
+    "queue-isolation": "a claim only takes tasks of its own queue (SPEC §5.9)",
+    "claim-due-only": "PENDING tasks are claimed only once due (SPEC §2, §5.6)",
+    "terminal-final": "SUCCEEDED and DEAD tasks are never claimed again (SPEC §5.6)",
+    "lease-respected": "a live lease is never taken over; reclaim only after expiry (SPEC §5.2)",
+    "reclaim-expired": "an expired lease is reclaimed, with a LEASE_EXPIRED attempt (SPEC §2)",
+    "fencing": "outcomes and heartbeats need the current token and IN_FLIGHT (SPEC §2, §5.3, §5.8)",
+    "history-numbering": "attempt_no unique, increasing, max+1 across redrives (invariant H, §5.4)",
+    "transition": "complete/reschedule/dead_letter make the documented state change (SPEC §2)",
+    "redrive": "redrive: PENDING, due now, attempt_count 0, redrive_count+1, history kept (§5.5)",
+    "purge": "purge deletes only the selected DEAD tasks with their history (SPEC §2)",
+    "empty-selector": "an empty selector selects nothing (SPEC §4)",
+    "no-loss": "no task vanishes: every task ends SUCCEEDED or DEAD or is visibly live (§5.7)",
+    "dlq-paging": "DLQ pages never repeat or skip a task, whatever happens meanwhile (SPEC §4)",
+    "stats": "stats count the queue's tasks by status (SPEC §4)",
+    "purge-succeeded": "purge_succeeded deletes only SUCCEEDED tasks older than asked (SPEC §4)",
+    "enqueue-idempotent": "re-enqueue changes nothing; one id never in two queues (SPEC §5.10)",
+    "round-trip": "payload bytes and headers come back exactly as enqueued (SPEC §1)",
+    "bad-input": "bad input raises the documented error and writes nothing (SPEC §4)",
+    "storage-clock": "due-ness and leases follow the storage's clock (SPEC §2)",
+}
+
+
+def message(rule: str, detail: str) -> str:
+    """A failure message: ``[rule] what the rule says: what was seen``."""
+    if rule not in RULES:
+        raise KeyError(f"unknown rule id {rule!r}")
+    return f"[{rule}] {RULES[rule]}: {detail}"

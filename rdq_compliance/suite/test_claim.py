@@ -1,0 +1,321 @@
+"""Conformance: what ``claim_due`` returns, how many, in which order, and from which queue.
+
+SPEC §2 (Claim) and §5.6, §5.9. Every test runs in a fresh namespace.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from datetime import timedelta
+
+import pytest
+
+from rdq_compliance import rules
+from rdq_compliance.suite.concurrency import between, close_to, short
+from rdq_compliance.suite.helpers import (
+    LONG_LEASE,
+    SHORT_LEASE,
+    claim_one,
+    enqueue,
+    expire,
+    wait_until,
+)
+from rdq_core.model import ErrorInfo, Outcome, QueueStats, Status
+
+pytestmark = pytest.mark.rdq_conformance
+
+Q = "claims"
+TOKEN_RE = re.compile(r"[0-9a-f]{32}")
+
+
+def test_claim_returns_the_task_with_its_full_history(rdq_storage):
+    """Rule transition: a claim makes the task IN_FLIGHT and returns it exactly as stored,
+    with its whole attempt history, its attempt_count, payload, headers and the new lease."""
+    s = rdq_storage
+    tid = enqueue(s, Q, payload=b"\x00body\xff", headers={"trace": "abc"})
+    for i in range(2):
+        c = claim_one(s, Q)
+        s.reschedule(tid, c.token, timedelta(0), ErrorInfo("app.Flaky", f"failure {i}"))
+    claim = claim_one(s, Q)
+    stored = s.get(tid)
+    who = f"task {tid!r}, token {short(claim.token)}"
+    assert claim.task_id == tid, rules.message(
+        "transition", f"{who}: claim returned {claim.task_id!r}"
+    )
+    assert claim.task.status is Status.IN_FLIGHT, rules.message(
+        "transition", f"{who}: claimed task has status {claim.task.status.value}, not IN_FLIGHT"
+    )
+    assert [a.attempt_no for a in claim.task.attempts] == [1, 2] and all(
+        a.outcome is Outcome.RETRYABLE_FAILURE for a in claim.task.attempts
+    ), rules.message(
+        "transition",
+        f"{who}: claim returned attempts {claim.task.attempts!r}; expected the two "
+        "RETRYABLE_FAILURE attempts recorded before",
+    )
+    assert claim.task.attempt_count == 2, rules.message(
+        "transition", f"{who}: claimed task has attempt_count {claim.task.attempt_count}, not 2"
+    )
+    assert claim.task.lease_expires_at == claim.lease_expires_at, rules.message(
+        "transition",
+        f"{who}: task.lease_expires_at {claim.task.lease_expires_at} differs from the "
+        f"claim's {claim.lease_expires_at}",
+    )
+    assert claim.task == stored, rules.message(
+        "transition", f"{who}: claim returned {claim.task!r} but get() shows {stored!r}"
+    )
+
+
+def test_claim_stamps_the_lease_from_the_storage_clock(rdq_storage):
+    """Rule storage-clock: claimed_at is the storage clock at the claim, and
+    lease_expires_at = claimed_at + lease, on the claim, the returned task and in storage."""
+    s = rdq_storage
+    ids = {enqueue(s, Q) for _ in range(3)}
+    lease = timedelta(seconds=37, microseconds=123_456)
+    before = s.now()
+    claims = s.claim_due(Q, 10, lease)
+    after = s.now()
+    assert {c.task_id for c in claims} == ids, rules.message(
+        "storage-clock", f"claimed {[c.task_id for c in claims]}, expected the due tasks {ids}"
+    )
+    for c in claims:
+        who = f"task {c.task_id!r}, token {short(c.token)}"
+        assert between(c.claimed_at, before, after), rules.message(
+            "storage-clock",
+            f"{who}: claimed_at {c.claimed_at} is outside the storage clock readings "
+            f"{before} .. {after} around the claim",
+        )
+        assert close_to(c.lease_expires_at, c.claimed_at + lease), rules.message(
+            "storage-clock",
+            f"{who}: lease_expires_at {c.lease_expires_at} is not claimed_at {c.claimed_at} "
+            f"+ lease {lease}",
+        )
+        stored = s.get(c.task_id).lease_expires_at
+        assert stored == c.lease_expires_at == c.task.lease_expires_at, rules.message(
+            "storage-clock",
+            f"{who}: lease_expires_at differs: claim {c.lease_expires_at}, returned task "
+            f"{c.task.lease_expires_at}, stored {stored}",
+        )
+
+
+def test_claim_returns_exactly_limit_when_more_are_due(rdq_storage):
+    """Rule claim-limit: with more tasks due than ``limit``, a claim returns exactly
+    ``limit`` tasks, never more, and never a task an earlier claim already holds."""
+    s = rdq_storage
+    ids = {enqueue(s, Q) for _ in range(50)}
+    seen: set[str] = set()
+    for limit in (1, 7, 32):
+        claims = s.claim_due(Q, limit, LONG_LEASE)
+        got = [c.task_id for c in claims]
+        assert len(got) == limit, rules.message(
+            "claim-limit",
+            f"claim_due(limit={limit}) with {len(ids - seen)} tasks due returned "
+            f"{len(got)} tasks: {got}",
+        )
+        again = sorted(seen.intersection(got))
+        assert not again and len(set(got)) == len(got), rules.message(
+            "claim-limit",
+            f"claim_due(limit={limit}) returned tasks already held or twice: {again or got}",
+        )
+        seen.update(got)
+    assert seen <= ids, rules.message("claim-limit", f"claimed unknown tasks {seen - ids}")
+
+
+def test_claim_limit_above_available_returns_all_due(rdq_storage):
+    """Rule claim-limit: when fewer tasks are due than ``limit``, a claim returns every
+    due task, each once."""
+    s = rdq_storage
+    ids = {enqueue(s, Q) for _ in range(10)}
+    claims = s.claim_due(Q, 25, LONG_LEASE)
+    got = [c.task_id for c in claims]
+    assert sorted(got) == sorted(ids), rules.message(
+        "claim-limit", f"claim_due(limit=25) with 10 tasks due {sorted(ids)} returned {got}"
+    )
+
+
+def test_claims_come_out_oldest_due_first(rdq_storage):
+    """Rule claim-order: due tasks are claimed in order of due time, oldest first,
+    within one claim and across successive claims, whatever the enqueue order."""
+    s = rdq_storage
+    ages = list(range(1, 13))
+    random.Random(20240601).shuffle(ages)
+    due_ago = {}
+    for age in ages:  # distinct due times a minute apart, enqueued in shuffled order
+        due_ago[enqueue(s, Q, delay=timedelta(minutes=-age))] = age
+    expected = sorted(due_ago, key=lambda tid: -due_ago[tid])
+    got: list[str] = []
+    for _ in range(4):
+        got.extend(c.task_id for c in s.claim_due(Q, 3, LONG_LEASE))
+    assert got == expected, rules.message(
+        "claim-order",
+        f"claimed {[(t, f'due {due_ago.get(t)} min ago') for t in got]}; expected oldest due "
+        f"first: {[(t, f'due {due_ago[t]} min ago') for t in expected]}",
+    )
+
+
+def test_claim_takes_only_tasks_of_its_own_queue(rdq_storage):
+    """Rule queue-isolation: claiming from a queue never returns a task of another queue,
+    even one whose name matches it as a pattern or a prefix (``_`` is a LIKE wildcard)."""
+    s = rdq_storage
+    queues = ["team_a", "teamxa", "team_a.sub", "team"]
+    owned: dict[str, set[str]] = {q: set() for q in queues}
+    for _ in range(4):
+        for q in queues:
+            owned[q].add(enqueue(s, q))
+    for q in queues:
+        claims = s.claim_due(q, 100, LONG_LEASE)
+        got = {c.task_id for c in claims}
+        strangers = sorted(got - owned[q])
+        assert not strangers, rules.message(
+            "queue-isolation",
+            f"claim_due({q!r}) returned tasks of other queues: "
+            + ", ".join(f"{t!r} of {s.get(t).queue!r}" for t in strangers),
+        )
+        assert got == owned[q], rules.message(
+            "queue-isolation",
+            f"claim_due({q!r}) returned {sorted(got)}, expected {sorted(owned[q])}",
+        )
+        wrong = [c.task_id for c in claims if c.task.queue != q]
+        assert not wrong, rules.message(
+            "queue-isolation",
+            f"claim_due({q!r}) returned tasks labelled with another queue: {wrong}",
+        )
+
+
+def test_stats_count_only_their_own_queue(rdq_storage):
+    """Rule queue-isolation: stats(queue) counts that queue's tasks only, by status."""
+    s = rdq_storage
+    a, b, c = "stats_a", "statsxa", "stats_a.sub"
+    for _ in range(5):
+        enqueue(s, a)
+    for _ in range(3):
+        enqueue(s, b)
+    enqueue(s, b, delay=timedelta(hours=1))
+    enqueue(s, c)
+    enqueue(s, c)
+    held = s.claim_due(a, 2, LONG_LEASE)
+    s.complete(held[0].task_id, held[0].token)
+    dying = s.claim_due(c, 2, LONG_LEASE)
+    s.dead_letter(dying[0].task_id, dying[0].token, ErrorInfo("E", "boom"))
+    expected = {
+        a: QueueStats(pending=3, due=3, in_flight=1, succeeded=1, dead=0),
+        b: QueueStats(pending=4, due=3, in_flight=0, succeeded=0, dead=0),
+        c: QueueStats(pending=0, due=0, in_flight=1, succeeded=0, dead=1),
+        "stats": QueueStats(),
+    }
+    for q, want in expected.items():
+        got = s.stats(q)
+        assert got == want, rules.message(
+            "queue-isolation", f"stats({q!r}) is {got}, expected {want}"
+        )
+
+
+def test_future_task_is_not_claimed(rdq_storage):
+    """Rule claim-due-only: a PENDING task due in the future (delay +1 h) is not claimed,
+    while a due task of the same queue is; the future task is left untouched."""
+    s = rdq_storage
+    future = enqueue(s, Q, delay=timedelta(hours=1))
+    due = enqueue(s, Q)
+    before = s.get(future)
+    got = [c.task_id for c in s.claim_due(Q, 10, LONG_LEASE)]
+    assert got == [due], rules.message(
+        "claim-due-only",
+        f"claim returned {got}; expected only the due task {due!r}, not {future!r} "
+        f"(due at {before.next_attempt_at})",
+    )
+    again = [c.task_id for c in s.claim_due(Q, 10, LONG_LEASE)]
+    assert future not in again, rules.message(
+        "claim-due-only",
+        f"a second claim returned the future task {future!r} (due at {before.next_attempt_at})",
+    )
+    after = s.get(future)
+    assert after == before, rules.message(
+        "claim-due-only", f"task {future!r} changed although not due: {before!r} -> {after!r}"
+    )
+
+
+def test_succeeded_and_dead_tasks_are_never_claimed_again(rdq_storage):
+    """Rule terminal-final: SUCCEEDED and DEAD tasks are never claimed again, even once
+    the lease they were claimed with has long expired."""
+    s = rdq_storage
+    ids = [enqueue(s, Q) for _ in range(3)]
+    claims = {c.task_id: c for c in s.claim_due(Q, 3, SHORT_LEASE)}
+    assert set(claims) == set(ids), rules.message(
+        "terminal-final", f"setup: claimed {sorted(claims)}, expected {sorted(ids)}"
+    )
+    done, dead_perm, dead_retry = ids
+    s.complete(done, claims[done].token)
+    s.dead_letter(dead_perm, claims[dead_perm].token, ErrorInfo("E", "bad"))
+    s.dead_letter(
+        dead_retry, claims[dead_retry].token, ErrorInfo("E", "tired"), Outcome.RETRYABLE_FAILURE
+    )
+    before = {tid: s.get(tid) for tid in ids}
+    latest = max(c.lease_expires_at for c in claims.values())
+    wait_until(s, latest + SHORT_LEASE)
+    got = s.claim_due(Q, 10, SHORT_LEASE)
+    assert not got, rules.message(
+        "terminal-final",
+        "claim returned terminal tasks "
+        + ", ".join(
+            f"{c.task_id!r} ({before[c.task_id].status.value}, new token {short(c.token)})"
+            for c in got
+            if c.task_id in before
+        )
+        + f" (all claims: {[c.task_id for c in got]})",
+    )
+    for tid in ids:
+        after = s.get(tid)
+        assert after == before[tid], rules.message(
+            "terminal-final", f"terminal task {tid!r} changed: {before[tid]!r} -> {after!r}"
+        )
+
+
+def test_task_with_live_lease_is_not_claimed_by_another_claim(rdq_connect):
+    """Rule lease-respected: while a claim's lease is live, another claim (from another
+    handle) does not take the task, and the task is left as the first claim made it."""
+    first, second = rdq_connect(), rdq_connect()
+    tid = enqueue(first, Q)
+    held = claim_one(first, Q, LONG_LEASE)
+    before = first.get(tid)
+    got = second.claim_due(Q, 10, LONG_LEASE)
+    assert not got, rules.message(
+        "lease-respected",
+        f"task {tid!r} held by token {short(held.token)} until {held.lease_expires_at} was "
+        f"claimed again: {[(c.task_id, short(c.token)) for c in got]}",
+    )
+    after = second.get(tid)
+    assert after == before, rules.message(
+        "lease-respected", f"task {tid!r} changed under a live lease: {before!r} -> {after!r}"
+    )
+
+
+def test_every_claim_mints_a_fresh_token(rdq_storage):
+    """Rule fencing: every claim gets its own token (32 lowercase hex digits): distinct
+    across the tasks of one claim, and a reclaim or a claim after reschedule gets a new one."""
+    s = rdq_storage
+    for _ in range(20):
+        enqueue(s, Q)
+    claims = s.claim_due(Q, 20, LONG_LEASE)
+    tokens = [c.token for c in claims]
+    bad = [t for t in tokens if not isinstance(t, str) or not TOKEN_RE.fullmatch(t)]
+    assert not bad, rules.message("fencing", f"malformed claim tokens {bad!r}")
+    assert len(set(tokens)) == len(tokens), rules.message(
+        "fencing",
+        f"one claim handed the same token to several tasks: "
+        f"{[(c.task_id, short(c.token)) for c in claims if tokens.count(c.token) > 1]}",
+    )
+    for c in claims:
+        s.complete(c.task_id, c.token)
+
+    tid = enqueue(s, "fresh")
+    first = claim_one(s, "fresh", SHORT_LEASE)
+    expire(s, first)
+    second = claim_one(s, "fresh", SHORT_LEASE)
+    s.reschedule(tid, second.token, timedelta(0))
+    third = claim_one(s, "fresh", LONG_LEASE)
+    chain = [first.token, second.token, third.token]
+    assert len(set(chain + tokens)) == len(chain) + len(tokens), rules.message(
+        "fencing",
+        f"task {tid!r}: tokens of its claim, reclaim and claim after reschedule are "
+        f"{[short(t) for t in chain]}; each claim must mint a token never used before",
+    )
