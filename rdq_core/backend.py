@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rdq_core.errors import ProvisionUnavailable
 from rdq_core.spi import Storage
 
 #: Faults a server may support; the chaos harness only schedules those it declares.
@@ -99,14 +100,51 @@ class Server(ABC):
 
 
 class Backend(ABC):
-    """A storage plugin: how to provision a server and how to open storage on it."""
+    """A storage plugin: how to provision a server and how to open storage on it.
+
+    A server backend implements the three rungs of the provisioning ladder and
+    inherits :meth:`provision`, which tries them in order: an explicit DSN, a local
+    server started from binaries, a container when Docker answers. Each rung raises
+    ``ProvisionUnavailable`` saying why it could not serve; when all fail, the error
+    names every remedy. An embedded backend overrides :meth:`provision` instead.
+    """
 
     #: The name users pass to ``--rdq-backend``.
     name: str
 
-    @abstractmethod
     def provision(self, request: ProvisionRequest) -> Server:
         """Find or start a server, or raise ``ProvisionUnavailable`` naming the remedies."""
+        if request.dsn:
+            return self.server_from_dsn(request.dsn, request)
+        reasons = []
+        rungs = [("local binaries", self.start_local_server)]
+        if request.allow_docker:
+            rungs.append(("container", self.start_container))
+        for label, rung in rungs:
+            try:
+                return rung(request)
+            except ProvisionUnavailable as exc:
+                reasons.append(f"{label}: {exc}")
+        if not request.allow_docker:
+            reasons.append("container: not tried (--rdq-no-docker)")
+        raise ProvisionUnavailable(
+            f"no {self.name} server could be provisioned. Remedies: (1) pass a server "
+            f"address with --rdq-dsn or RDQ_{self.name.upper()}_DSN; (2) install the "
+            f"{self.name} server binaries on PATH; (3) start Docker for a container. "
+            "Tried: " + "; ".join(reasons)
+        )
+
+    def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:
+        """Rung 1: wrap a server the user gave by address (never stopped by the kit)."""
+        raise ProvisionUnavailable(f"backend {self.name!r} does not take a DSN")
+
+    def start_local_server(self, request: ProvisionRequest) -> Server:
+        """Rung 2: start a private server from local binaries in ``request.workdir``."""
+        raise ProvisionUnavailable("this backend cannot start a local server")
+
+    def start_container(self, request: ProvisionRequest) -> Server:
+        """Rung 3: start a container (testcontainers) when Docker answers."""
+        raise ProvisionUnavailable("this backend has no container image")
 
     @abstractmethod
     def open(self, dsn: str, namespace: str) -> Storage:
