@@ -30,12 +30,13 @@ import pytest
 
 from rdq_compliance import registry, settings
 from rdq_core.backend import Backend, ProvisionRequest, Server, StorageSpec
-from rdq_core.errors import InvalidArgument, ProvisionUnavailable
+from rdq_core.errors import InvalidArgument, ProvisionUnavailable, RdqError
 from rdq_core.model import Capabilities
 from rdq_core.spi import Storage
 
 SUITE_DIR = Path(__file__).parent / "suite"
 _SETTINGS = pytest.StashKey[settings.Settings]()
+_ORIGIN = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -114,6 +115,12 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"rdq: backend {s.backend} ({where})"
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    origin = terminalreporter.config.stash.get(_ORIGIN, None)
+    if origin is not None:
+        terminalreporter.write_line(f"rdq: {origin}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
@@ -146,7 +153,9 @@ def rdq_backend(rdq_settings: settings.Settings) -> Backend:
 
 
 @pytest.fixture(scope="session")
-def rdq_server(rdq_backend: Backend, rdq_settings: settings.Settings) -> Iterator[Server]:
+def rdq_server(
+    rdq_backend: Backend, rdq_settings: settings.Settings, pytestconfig: pytest.Config
+) -> Iterator[Server]:
     workdir = Path(tempfile.mkdtemp(prefix=f"rdq-{rdq_backend.name}-"))
     request = ProvisionRequest(
         workdir=workdir,
@@ -162,6 +171,11 @@ def rdq_server(rdq_backend: Backend, rdq_settings: settings.Settings) -> Iterato
         if rdq_settings.require_backend:
             pytest.fail(message + " (failing because --rdq-require-backend is set)")
         pytest.skip(message)
+    except RdqError as exc:
+        # A server the user named but that does not answer is an error, never a skip.
+        shutil.rmtree(workdir, ignore_errors=True)
+        pytest.fail(f"rdq backend {rdq_backend.name!r}: {exc}", pytrace=False)
+    pytestconfig.stash[_ORIGIN] = f"{rdq_backend.name} server: {server.origin}"
     try:
         yield server
     finally:
