@@ -1,0 +1,620 @@
+"""Run a server binary as a managed local process (stdlib only).
+
+Every server backend's "local binaries" rung (Postgres now; Redis and Mongo later) is
+built from these pieces:
+
+* :func:`free_port` — a free TCP port on 127.0.0.1;
+* :func:`find_binary` / :func:`find_binaries` — a binary on ``PATH`` or in the usual
+  install folders the caller names (glob patterns allowed, newest version first);
+* :class:`ManagedProcess` — a server started in its own session (so its process group
+  is its own), optionally as another user when we are root, output to a log file, with
+  :meth:`~ManagedProcess.wait_ready` (a real readiness probe, no blind sleeps),
+  :meth:`~ManagedProcess.kill` (SIGKILL to the group), :meth:`~ManagedProcess.stop`
+  (stop signal, grace period, SIGKILL) and :meth:`~ManagedProcess.pids`.
+
+**The server dies with the kit.** A ManagedProcess is launched by a small watchdog
+process (:mod:`rdq_core._watchdog`) that holds the read end of a pipe whose only writer
+is the process that called :meth:`~ManagedProcess.start`. When that process dies —
+however, SIGKILL included — the kernel closes the pipe, the watchdog reads end of file,
+stops the server's whole process group and removes the paths it was told to clean up.
+This survives the switch to another user (which clears ``PR_SET_PDEATHSIG``) and covers
+the server's own children (the group is killed, not one pid). Processes forked from the
+kit (e.g. multiprocessing workers) close their copy of the pipe at fork, so the server's
+lifetime is tied to the kit process alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rdq_core._watchdog import descendants
+
+__all__ = [
+    "BinaryNotFound",
+    "ManagedProcess",
+    "ProcessFailed",
+    "RunAs",
+    "chown_tree",
+    "descendants",
+    "find_binaries",
+    "find_binary",
+    "free_port",
+    "port_open",
+    "remove_tree",
+    "resolve_user",
+    "run_to_completion",
+    "search_dirs",
+    "traversable_by",
+]
+
+_WATCHDOG = Path(__file__).with_name("_watchdog.py")
+#: How long :meth:`ManagedProcess.start` waits for the watchdog to report the launch.
+_LAUNCH_TIMEOUT = 15.0
+
+
+# ---- ports ------------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on at ``host`` right now (the OS picks it).
+
+    There is a window between this call and the server binding the port; callers that
+    start a server on it retry with a new port if the bind fails.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# ---- binaries ---------------------------------------------------------------------------
+
+
+class BinaryNotFound(LookupError):
+    """A server binary is not on ``PATH`` nor in the folders searched."""
+
+    def __init__(self, names: Sequence[str], searched: Sequence[Path], detail: str = "") -> None:
+        self.names = tuple(names)
+        self.searched = tuple(searched)
+        where = ", ".join(str(d) for d in searched) if searched else "no folder (empty search list)"
+        what = " and ".join(names)
+        message = f"{what} not found; searched: {where}"
+        if detail:
+            message = f"{message} ({detail})"
+        super().__init__(message)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def search_dirs(dirs: Iterable[str | Path] = (), *, use_path: bool = True) -> list[Path]:
+    """The folders to search, in order: ``PATH`` (if ``use_path``), then ``dirs``.
+
+    A folder may be a glob pattern (``/usr/lib/postgresql/*/bin``); its matches come
+    newest version first (by the numbers in the path). Missing folders are kept out,
+    duplicates are dropped.
+    """
+    out: list[Path] = []
+    seen: set[str] = set()
+
+    def add(path: Path) -> None:
+        key = os.path.realpath(path)
+        if key not in seen and path.is_dir():
+            seen.add(key)
+            out.append(path)
+
+    if use_path:
+        for entry in os.environ.get("PATH", "").split(os.pathsep):
+            if entry:
+                add(Path(entry))
+    for pattern in dirs:
+        text = str(pattern)
+        if glob.has_magic(text):
+            for match in sorted(glob.glob(text), key=_version_key, reverse=True):
+                add(Path(match))
+        else:
+            add(Path(text))
+    return out
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_binary(name: str, dirs: Iterable[str | Path] = (), *, use_path: bool = True) -> Path:
+    """The first executable ``name`` on ``PATH`` (if ``use_path``) or in ``dirs``.
+
+    Raises :class:`BinaryNotFound` listing every folder searched.
+    """
+    folders = search_dirs(dirs, use_path=use_path)
+    for folder in folders:
+        candidate = folder / name
+        if _executable(candidate):
+            return candidate
+    raise BinaryNotFound([name], folders)
+
+
+def find_binaries(
+    names: Sequence[str], dirs: Iterable[str | Path] = (), *, use_path: bool = True
+) -> dict[str, Path]:
+    """Several binaries that must come from the *same* folder (one installed version).
+
+    Returns ``{name: path}`` from the first folder holding all of them; otherwise raises
+    :class:`BinaryNotFound` naming the missing ones and every folder searched.
+    """
+    folders = search_dirs(dirs, use_path=use_path)
+    found: dict[str, Path] = {}
+    for folder in folders:
+        paths = {name: folder / name for name in names}
+        if all(_executable(p) for p in paths.values()):
+            return paths
+        for name, path in paths.items():
+            if _executable(path):
+                found.setdefault(name, path)
+    missing = [n for n in names if n not in found]
+    detail = ""
+    if not missing:
+        detail = "found " + ", ".join(f"{n} in {p.parent}" for n, p in found.items())
+        detail += ", but never all in one folder"
+        missing = list(names)
+    return_names = missing
+    raise BinaryNotFound(return_names, folders, detail)
+
+
+# ---- users ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The identity a server process runs under (only meaningful when we are root)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+def resolve_user(name: str) -> RunAs:
+    """Look up a system user; ``LookupError`` if there is none (Unix only)."""
+    import pwd  # Unix only; imported here so the module loads elsewhere
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise LookupError(f"no system user named {name!r}") from None
+    groups = tuple(os.getgrouplist(name, entry.pw_gid))
+    return RunAs(name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir)
+
+
+def chown_tree(path: Path, user: RunAs) -> None:
+    """Give ``path`` and everything below it to ``user`` (we must be root)."""
+    os.chown(path, user.uid, user.gid, follow_symlinks=False)
+    if path.is_dir() and not path.is_symlink():
+        for root, dirnames, filenames in os.walk(path):
+            for entry in (*dirnames, *filenames):
+                os.chown(os.path.join(root, entry), user.uid, user.gid, follow_symlinks=False)
+
+
+def traversable_by(path: Path, user: RunAs) -> bool:
+    """Whether ``user`` can reach ``path`` (search permission on every ancestor)."""
+    for folder in [path, *path.parents]:
+        try:
+            st = folder.stat()
+        except OSError:
+            return False
+        if st.st_uid == user.uid:
+            bit = st.st_mode & 0o100
+        elif st.st_gid in user.groups or st.st_gid == user.gid:
+            bit = st.st_mode & 0o010
+        else:
+            bit = st.st_mode & 0o001
+        if not bit:
+            return False
+    return True
+
+
+# ---- the managed process ----------------------------------------------------------------
+
+
+class ProcessFailed(RuntimeError):
+    """A managed process could not start, exited, or never became ready."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        if log_tail:
+            message = f"{message}\n--- last lines of the log ---\n{log_tail}"
+        super().__init__(message)
+
+
+#: Control-pipe write ends of this process's ManagedProcesses; closed in forked children
+#: so that only the process that started a server keeps it alive.
+_CONTROL_FDS: set[int] = set()
+
+
+def _close_control_fds_in_child() -> None:
+    for fd in list(_CONTROL_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _CONTROL_FDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_control_fds_in_child)
+
+
+class ManagedProcess:
+    """A server process started through a watchdog, tied to the lifetime of this process.
+
+    ``argv`` runs in a new session, with stdin from ``/dev/null`` and stdout/stderr
+    appended to ``log_path``. ``user`` (a :class:`RunAs`) makes it run as that user — only
+    possible when we are root; ``own_paths`` are then given to that user before the start.
+    ``stop_signal`` is what :meth:`stop` sends the leader first (``SIGTERM``; a PostgreSQL
+    postmaster prefers ``SIGINT``, a fast shutdown); ``grace`` is how long it may take
+    before every process of the tree is SIGKILLed. ``cleanup_paths`` are removed by the
+    watchdog **only** if this process dies without stopping the server (after a normal
+    :meth:`stop` they are the caller's business).
+
+    "The server's processes" are the whole tree under the watchdog — the leader and
+    everything it started, even in sessions of their own (see :mod:`rdq_core._watchdog`).
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        log_path: Path,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        user: RunAs | None = None,
+        own_paths: Iterable[Path] = (),
+        stop_signal: int = signal.SIGTERM,
+        grace: float = 5.0,
+        cleanup_paths: Iterable[Path] = (),
+    ) -> None:
+        self.argv = [os.fspath(a) for a in argv]
+        self.log_path = Path(log_path)
+        self.cwd = cwd
+        self.env = dict(env) if env is not None else None
+        self.user = user
+        self.own_paths = list(own_paths)
+        self.stop_signal = int(stop_signal)
+        self.grace = grace
+        self.cleanup_paths = [Path(p) for p in cleanup_paths]
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._control: int | None = None
+        self._pid: int | None = None
+        self._returncode: int | None = None
+        self._exited = threading.Event()
+        self._launched = threading.Event()
+        self._launch_error: str | None = None
+        self._replies: queue.Queue[dict[str, object]] = queue.Queue()
+        self._released = False
+        self._lock = threading.Lock()
+
+    # ---- identity ------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        """The leader's pid (also its process group and session id)."""
+        if self._pid is None:
+            raise ProcessFailed(f"{self.argv[0]} has not been started")
+        return self._pid
+
+    @property
+    def watchdog_pid(self) -> int | None:
+        return self._watchdog.pid if self._watchdog is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The leader's exit status once it has exited (negative: killed by a signal)."""
+        return self._returncode
+
+    @property
+    def running(self) -> bool:
+        """Whether the leader is still running."""
+        return self._pid is not None and not self._exited.is_set()
+
+    def pids(self) -> list[int]:
+        """Live processes of the server: the leader and all its descendants."""
+        watchdog = self._watchdog
+        if watchdog is None or self._released:
+            return []
+        return descendants(watchdog.pid)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - 64 * 1024))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # ---- starting ------------------------------------------------------------------
+
+    def start(self) -> ManagedProcess:
+        """Launch the process (through the watchdog); returns once it has been forked."""
+        if self._watchdog is not None:
+            raise ProcessFailed(f"{self.argv[0]} was started already")
+        config: dict[str, object] = {
+            "argv": self.argv,
+            "cwd": os.fspath(self.cwd) if self.cwd is not None else None,
+            "env": self.env,
+            "log": os.fspath(self.log_path),
+            "stop_signal": self.stop_signal,
+            "grace": self.grace,
+            "cleanup": [os.fspath(p) for p in self.cleanup_paths],
+        }
+        if self.user is not None and self.user.uid != os.geteuid():
+            if os.geteuid() != 0:
+                raise ProcessFailed(
+                    f"cannot run {self.argv[0]} as user {self.user.name!r}: "
+                    "only root can switch users"
+                )
+            for path in self.own_paths:
+                chown_tree(path, self.user)
+            config.update(uid=self.user.uid, gid=self.user.gid, groups=list(self.user.groups))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        read_end, write_end = os.pipe()  # both non-inheritable (PEP 446)
+        try:
+            with self.log_path.open("ab") as log:
+                self._watchdog = subprocess.Popen(
+                    [sys.executable, "-I", "-S", os.fspath(_WATCHDOG)],
+                    stdin=read_end,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,  # no terminal signals; outlives us to clean up
+                    close_fds=True,
+                )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self._control = write_end
+        _CONTROL_FDS.add(write_end)
+        threading.Thread(
+            target=self._read_status, name=f"rdq-watchdog-{self._watchdog.pid}", daemon=True
+        ).start()
+        self._send(json.dumps(config) + "\n")
+        if not self._launched.wait(_LAUNCH_TIMEOUT):
+            self._release()
+            raise ProcessFailed(
+                f"the watchdog did not report launching {self.argv[0]} within "
+                f"{_LAUNCH_TIMEOUT:.0f}s",
+                self.log_tail(),
+            )
+        if self._launch_error is not None:
+            self._release()
+            raise ProcessFailed(
+                f"could not start {' '.join(self.argv)}: {self._launch_error}", self.log_tail()
+            )
+        return self
+
+    def _send(self, text: str) -> bool:
+        if self._control is None:
+            return False
+        try:
+            os.write(self._control, text.encode())
+        except OSError:
+            return False
+        return True
+
+    def _read_status(self) -> None:
+        watchdog = self._watchdog
+        assert watchdog is not None and watchdog.stdout is not None
+        for raw in watchdog.stdout:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue
+            if "started" in message:
+                self._pid = int(message["started"])
+                self._launched.set()
+            elif "error" in message:
+                self._launch_error = str(message["error"])
+                self._launched.set()
+            elif "exited" in message:
+                self._returncode = int(message["exited"])
+                self._exited.set()
+            elif "done" in message:
+                self._replies.put(message)
+        # The watchdog is gone: no more news.
+        if not self._launched.is_set():
+            self._launch_error = self._launch_error or "the watchdog exited"
+            self._launched.set()
+        self._exited.set()
+        self._replies.put({"done": None, "survivors": []})
+
+    def _command(self, command: str, timeout: float) -> list[int]:
+        """Ask the watchdog to ``kill`` or ``stop``; the pids that survived (normally none)."""
+        while not self._replies.empty():  # drop stale replies
+            self._replies.get_nowait()
+        if not self._send(command + "\n"):
+            return []
+        try:
+            reply = self._replies.get(timeout=timeout)
+        except queue.Empty:
+            raise ProcessFailed(
+                f"the watchdog did not carry out {command!r} within {timeout:.0f}s"
+            ) from None
+        survivors = reply.get("survivors") or []
+        return [int(p) for p in survivors]  # type: ignore[union-attr]
+
+    # ---- waiting -------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the leader to exit; its exit status, or ``None`` on timeout."""
+        self._exited.wait(timeout)
+        return self._returncode if self._exited.is_set() else None
+
+    def wait_ready(
+        self,
+        probe: Callable[[], object],
+        timeout: float = 30.0,
+        *,
+        what: str | None = None,
+    ) -> None:
+        """Poll ``probe`` until it returns a true value (exceptions mean "not yet").
+
+        Polls quickly at first (every 10 ms, backing off to 200 ms) and wakes at once if
+        the process exits. Raises :class:`ProcessFailed` with the last lines of the log
+        if the process exits first or ``timeout`` passes.
+        """
+        what = what or os.path.basename(self.argv[0])
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        last_error: BaseException | None = None
+        while True:
+            if not self.running:
+                raise ProcessFailed(
+                    f"{what} exited with status {self._returncode} before it was ready",
+                    self.log_tail(),
+                )
+            try:
+                if probe():
+                    return
+                last_error = None
+            except Exception as exc:
+                last_error = exc
+            if time.monotonic() >= deadline:
+                because = f" (last probe: {type(last_error).__name__}: {last_error})"
+                raise ProcessFailed(
+                    f"{what} was not ready within {timeout:.0f}s" + (because if last_error else ""),
+                    self.log_tail(),
+                )
+            self._exited.wait(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 0.2)
+
+    # ---- stopping ------------------------------------------------------------------
+
+    def kill(self) -> None:
+        """SIGKILL every process of the server now; returns when they are all gone.
+
+        The watchdog stays (and still guards the cleanup paths) until :meth:`stop`.
+        """
+        with self._lock:
+            if self._watchdog is None or self._released:
+                return
+            survivors = self._command("kill", timeout=20.0)
+            self._exited.wait(5.0)
+        if survivors:
+            raise ProcessFailed(f"processes survived SIGKILL: {survivors}")
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop signal to the leader, SIGKILL to the whole tree after ``grace`` seconds,
+        then release the watchdog. Idempotent; fine after :meth:`kill` or an exit."""
+        grace = self.grace if grace is None else grace
+        with self._lock:
+            if self._watchdog is None or self._released:
+                return
+            try:
+                self._command(f"stop {grace}", timeout=grace + 20.0)
+                self._exited.wait(5.0)
+            finally:
+                self._release()
+
+    close = stop
+
+    def _release(self) -> None:
+        """Tell the watchdog we are done, close our end of the pipe, reap it."""
+        self._released = True
+        control, self._control = self._control, None
+        if control is not None:
+            with contextlib.suppress(OSError):
+                os.write(control, b"quit\n")
+            _CONTROL_FDS.discard(control)
+            with contextlib.suppress(OSError):
+                os.close(control)
+        watchdog = self._watchdog
+        if watchdog is not None and watchdog.returncode is None:
+            try:
+                watchdog.wait(30.0)
+            except subprocess.TimeoutExpired:
+                watchdog.kill()
+                watchdog.wait()
+        if watchdog is not None and watchdog.stdout is not None:
+            with contextlib.suppress(OSError):
+                watchdog.stdout.close()
+
+    def __enter__(self) -> ManagedProcess:
+        return self.start() if self._watchdog is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else f"exited {self._returncode}"
+        return f"<ManagedProcess {os.path.basename(self.argv[0])} pid={self._pid} {state}>"
+
+
+def run_to_completion(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    log_path: Path,
+    timeout: float = 120.0,
+    **kwargs: Any,
+) -> None:
+    """Run a one-shot command (e.g. ``initdb``) as a :class:`ManagedProcess`, to its end.
+
+    Tied to our lifetime like a server; raises :class:`ProcessFailed` with the log's
+    tail if it exits non-zero or runs past ``timeout``.
+    """
+    process = ManagedProcess(argv, log_path=log_path, **kwargs)
+    process.start()
+    try:
+        code = process.wait(timeout)
+        if code is None:
+            raise ProcessFailed(
+                f"{os.path.basename(process.argv[0])} did not finish within {timeout:.0f}s",
+                process.log_tail(),
+            )
+        if code != 0:
+            raise ProcessFailed(
+                f"{' '.join(process.argv)} failed with status {code}", process.log_tail()
+            )
+    finally:
+        process.stop(grace=0.0)  # kills whatever is left and releases the watchdog
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a file or folder if it exists (idempotent)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
