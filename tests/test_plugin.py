@@ -68,7 +68,9 @@ def test_settings_reject_bad_values_clearly(tmp_path: Path) -> None:
 def test_unknown_backend_lists_installed(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("--rdq-backend=no-such-store")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*no rdq backend named 'no-such-store'*installed backends:*sqlite*"])
+    result.stderr.fnmatch_lines(
+        ["*no rdq backend named 'no-such-store'*installed backends:*sqlite*"]
+    )
 
 
 def test_import_path_backend_must_be_a_backend(pytester: pytest.Pytester) -> None:
@@ -92,7 +94,9 @@ from rdq_core.errors import ProvisionUnavailable
 class Unavailable(Backend):
     name = "unavailable"
     def provision(self, request):
-        raise ProvisionUnavailable("no server: pass --rdq-dsn, install the binaries, or start Docker")
+        raise ProvisionUnavailable(
+            "no server: pass --rdq-dsn, install the binaries, or start Docker"
+        )
     def open(self, dsn, namespace):
         raise AssertionError("never opened")
 
@@ -103,7 +107,9 @@ backend = Unavailable()
 def test_unprovisionable_backend_skips_with_remedies(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(unavailable=_UNAVAILABLE)
     pytester.syspathinsert()
-    result = pytester.runpytest_inprocess("--rdq-backend=unavailable:backend", "-rs", "-k", "enqueue")
+    result = pytester.runpytest_inprocess(
+        "--rdq-backend=unavailable:backend", "-rs", "-k", "enqueue"
+    )
     assert result.ret == pytest.ExitCode.OK
     outcomes = result.parseoutcomes()
     assert outcomes.get("skipped", 0) > 0 and "passed" not in outcomes

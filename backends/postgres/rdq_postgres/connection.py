@@ -1,0 +1,232 @@
+"""A lazily opened, fork-aware connection pool for one namespace.
+
+:class:`ConnectionSource` opens nothing until the first call in a process. Then it makes
+one direct *probe* connection — so an unreachable server fails at once with the real
+reason, instead of after the pool's patience — checks (and if needed completes) the
+namespace's migrations on it, and opens a ``psycopg_pool.ConnectionPool`` whose first
+connection is that probe.
+
+Every connection is in **autocommit** mode (a single statement is its own transaction;
+multi-statement operations use an explicit ``conn.transaction()``), has
+``application_name`` ``rdq:<schema>`` by default (so a namespace's connections can be
+found and cut), client encoding UTF-8 and a ``connect_timeout`` (unless the DSN sets one).
+
+**Fork safety.** A child process never uses nor closes a pool or connection it inherited
+through ``fork`` (closing would end the parent's sessions): an at-fork hook forgets the
+inherited pool (keeping it referenced so nothing is finalised), and the child opens its
+own on first use. Processes started with ``spawn`` inherit nothing.
+
+**Liveness.** Before lending a pooled connection :func:`is_cut` looks at its socket: if the
+idle socket has anything to read, the server has most likely sent a termination notice
+(``pg_terminate_backend``, restart), so one round trip confirms it, and a dead connection
+is closed and replaced before the caller's statement is sent. (The pool's own ``check``
+hook is not used: after a failed check it backs off for about a second.)
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.conninfo import conninfo_to_dict
+
+from rdq_core.errors import BackendUnavailable
+from rdq_postgres import schema
+from rdq_postgres.errors import map_error, mask_dsn
+
+#: Seconds to wait for a TCP connection (only when the DSN does not say).
+CONNECT_TIMEOUT_S = 5
+#: Seconds a call waits for a pooled connection before ``BackendUnavailable``.
+POOL_TIMEOUT_S = 10.0
+
+#: Pools inherited through fork: kept referenced, never used nor closed in the child.
+_INHERITED: list[object] = []
+_SOURCES: weakref.WeakSet[ConnectionSource] = weakref.WeakSet()
+
+
+def default_application_name(schema_: str) -> str:
+    return f"rdq:{schema_}"
+
+
+def connection_kwargs(dsn: str, application_name: str) -> dict[str, Any]:
+    """Keyword arguments for every connection (they override the DSN's own settings)."""
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise BackendUnavailable(f"invalid postgres DSN {mask_dsn(dsn)!r}: {exc}") from None
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "application_name": application_name,
+        "client_encoding": "utf8",
+    }
+    if "connect_timeout" not in given:
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+    return kwargs
+
+
+def is_cut(conn: psycopg.Connection) -> bool:
+    """Whether an idle pooled connection was ended by the server (terminated, restarted).
+
+    Nothing should arrive on an idle connection we do not LISTEN on; if something did
+    (most likely the server's termination notice), one round trip tells a live connection
+    from a dead one. No round trip otherwise.
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        fd = conn.fileno()
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            readable = bool(poller.poll(0))
+        else:  # pragma: no cover - not Linux
+            readable = bool(select.select([fd], [], [], 0)[0])
+        if readable:
+            conn.execute("SELECT 1")
+    except (psycopg.Error, OSError, ValueError):
+        return True
+    return False
+
+
+def _handoff_class(handoff: list[psycopg.Connection]) -> type[psycopg.Connection]:
+    """A connection class whose ``connect`` first hands out the connections in
+    ``handoff`` (the probe that checked the namespace becomes the pool's first one)."""
+
+    class HandoffConnection(psycopg.Connection):  # type: ignore[type-arg]
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> HandoffConnection:  # type: ignore[override]
+            if handoff:
+                conn = handoff.pop()
+                if not conn.closed:
+                    return conn  # type: ignore[return-value]
+            return super().connect(conninfo, **kwargs)  # type: ignore[return-value]
+
+    return HandoffConnection
+
+
+class ConnectionSource:
+    """Pooled autocommit connections to ``dsn`` for namespace ``schema_``."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema_: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        application_name: str | None = None,
+        timeout: float = POOL_TIMEOUT_S,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema.schema_name(schema_)
+        self.where = f"postgres {mask_dsn(dsn)!r} namespace {self.schema!r}"
+        self._kwargs = connection_kwargs(
+            dsn, application_name or default_application_name(self.schema)
+        )
+        self._min_size = min_size
+        self._max_size = max_size
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection] | None = None
+        self._closed = False
+        _SOURCES.add(self)
+
+    @property
+    def application_name(self) -> str:
+        return str(self._kwargs["application_name"])
+
+    def _open_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection]:
+        handoff: list[psycopg.Connection] = []
+        connection_class = _handoff_class(handoff)
+        try:
+            probe = connection_class.connect(self.dsn, **self._kwargs)
+        except psycopg.Error as exc:
+            raise map_error(exc, "connect", self.where) from exc
+        try:
+            schema.migrate(probe, self.schema)
+        except BaseException as exc:
+            probe.close()
+            if isinstance(exc, psycopg.Error):
+                raise map_error(exc, "open", self.where) from exc
+            raise
+        handoff.append(probe)  # the pool's first connection: no second connect
+        pool: psycopg_pool.ConnectionPool[psycopg.Connection] = psycopg_pool.ConnectionPool(
+            self.dsn,
+            connection_class=connection_class,
+            kwargs=self._kwargs,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            open=False,
+            timeout=self._timeout,
+            name=self.application_name,
+            num_workers=1,
+        )
+        pool.open(wait=True, timeout=self._timeout)  # instant: the probe is handed over
+        return pool
+
+    def pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection]:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailable(f"{self.where}: the storage is closed; open a new one")
+            if self._pool is None:
+                self._pool = self._open_pool()
+            return self._pool
+
+    def _borrow(self, pool: psycopg_pool.ConnectionPool[psycopg.Connection]) -> psycopg.Connection:
+        """A pooled connection, skipping (and replacing) those the server has cut."""
+        for _ in range(self._max_size):
+            conn = pool.getconn()
+            if not is_cut(conn):
+                return conn
+            conn.close()
+            pool.putconn(conn)  # the pool discards it and opens a replacement at once
+        return pool.getconn()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """Borrow a pooled connection (raw psycopg errors propagate; callers map them)."""
+        if self._closed:
+            raise BackendUnavailable(f"{self.where}: the storage is closed; open a new one")
+        pool = self.pool()
+        conn = self._borrow(pool)
+        try:
+            with conn:
+                yield conn
+        finally:
+            pool.putconn(conn)
+
+    def close(self) -> None:
+        """Close this process's pool; idempotent."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                pool.close(timeout=5.0)
+            except Exception:  # closing must not fail; the server reaps dead sessions
+                pass
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        if self._pool is not None:
+            _INHERITED.append(self._pool)
+            self._pool = None
+
+
+def _forget_inherited_pools() -> None:
+    for source in list(_SOURCES):
+        source._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_pools)

@@ -1,0 +1,180 @@
+"""The container rung: a PostgreSQL server in a Docker container, through testcontainers.
+
+Tried only when the local binaries are missing and Docker is allowed. First it asks
+whether Docker answers at all (:func:`docker_unavailable_reason`, a ping with a hard
+deadline of a few seconds), so a machine without a Docker engine gets a clean reason at
+once instead of a long hang or a traceback. The container's port is published on
+127.0.0.1 only, on a free port chosen here and fixed for the container's life, so a
+restarted container comes back at the same address; the DSN always names 127.0.0.1 (never
+a Docker bridge address).
+
+Faults: ``kill_server`` is ``docker kill`` (SIGKILL to the postmaster, PID 1 of the
+container, which takes every other process of the container with it), ``restart_server``
+starts the same container again (its data volume is kept, so the server does crash
+recovery and no committed task is lost), ``cut_connections`` works as on any server.
+If the test runner dies, testcontainers' Ryuk sidecar removes the container.
+
+Options: ``pg_image`` (default :data:`DEFAULT_IMAGE`), ``pg_start_timeout`` (seconds, 60),
+``pg_max_connections`` (200).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from rdq_core.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER, ProvisionRequest
+from rdq_core.errors import InvalidArgument, ProvisionUnavailable
+from rdq_core.localserver import free_port
+from rdq_postgres.plugin import PostgresServer
+
+DEFAULT_IMAGE = "postgres:16-alpine"
+#: Seconds the "does Docker answer?" check may take in all.
+DOCKER_CHECK_TIMEOUT = 2.0
+_USER = "postgres"
+_DATABASE = "rdq"
+_CONTAINER_PORT = 5432
+
+
+def docker_unavailable_reason(timeout: float = DOCKER_CHECK_TIMEOUT) -> str | None:
+    """Why no container can be started here, or ``None`` when Docker answers a ping.
+
+    Uses the Docker host testcontainers would use (``DOCKER_HOST``, its properties file,
+    the current Docker context). Never takes much longer than ``timeout`` seconds.
+    """
+    try:
+        import docker
+        from testcontainers.core.docker_client import get_docker_host
+    except ImportError as exc:
+        return f"testcontainers is not installed ({exc}); pip install 'rdq[docker]'"
+
+    outcome: list[str | None] = []
+
+    def check() -> None:
+        try:
+            environment = dict(os.environ)
+            host = get_docker_host()
+            if host:
+                environment["DOCKER_HOST"] = host
+            client = docker.from_env(timeout=max(1, round(timeout)), environment=environment)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except Exception as exc:
+            text = str(exc).strip() or type(exc).__name__
+            outcome.append(f"Docker is not reachable: {text}")
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=check, name="rdq-docker-ping", daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    if not outcome:
+        return f"Docker is not reachable: no answer within {timeout:.0f}s"
+    return outcome[0]
+
+
+def _options(request: ProvisionRequest) -> tuple[str, float, int]:
+    options = request.options
+    image = str(options.get("pg_image") or DEFAULT_IMAGE)
+    try:
+        timeout = float(options.get("pg_start_timeout", 60.0))
+        max_connections = int(options.get("pg_max_connections", 200))
+    except ValueError as exc:
+        raise InvalidArgument(f"postgres container options: {exc}") from None
+    return image, timeout, max_connections
+
+
+def _wait_ready(dsn: str, timeout: float, what: str) -> None:
+    """Poll until ``dsn`` accepts a connection from this host (through the port mapping)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            with psycopg.connect(dsn, connect_timeout=2):
+                return
+        except psycopg.Error as exc:
+            if time.monotonic() >= deadline:
+                raise ProvisionUnavailable(
+                    f"{what} did not accept connections within {timeout:.0f}s: {exc}"
+                ) from exc
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+class ContainerPostgresServer(PostgresServer):
+    """A PostgreSQL server in a container the kit started (see the module docstring)."""
+
+    faults = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
+
+    def __init__(self, container: Any, dsn: str, image: str, port: int, timeout: float) -> None:
+        super().__init__(dsn)
+        self.container = container
+        self.origin = f"container {image} on 127.0.0.1:{port}"
+        self._timeout = timeout
+        self._fault_lock = threading.Lock()
+        self._closed = False
+
+    def kill(self) -> None:
+        with self._fault_lock:
+            self.container.get_wrapped_container().kill()
+
+    def restart(self) -> None:
+        with self._fault_lock:
+            wrapped = self.container.get_wrapped_container()
+            wrapped.reload()
+            if wrapped.status == "running":
+                wrapped.stop(timeout=10)
+            wrapped.start()
+            _wait_ready(self.dsn, self._timeout, self.origin)
+
+    def close(self) -> None:
+        with self._fault_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(Exception):
+                super().close()
+            with contextlib.suppress(Exception):
+                self.container.stop()  # removes the container and its volume
+
+
+def start_container(request: ProvisionRequest) -> ContainerPostgresServer:
+    """Rung 3 of the ladder: ``ProvisionUnavailable`` at once when Docker does not answer."""
+    reason = docker_unavailable_reason()
+    if reason is not None:
+        raise ProvisionUnavailable(reason)
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError:  # testcontainers < 4.14
+        from testcontainers.postgres import PostgresContainer
+
+    image, timeout, max_connections = _options(request)
+    port = free_port()
+    password = secrets.token_hex(12)
+    container = PostgresContainer(
+        image, username=_USER, password=password, dbname=_DATABASE, driver=None
+    ).with_command(f"postgres -c fsync=off -c max_connections={max_connections}")
+    # Publish on 127.0.0.1 only, on a port fixed for the container's life (restarts keep it).
+    container.ports[str(_CONTAINER_PORT)] = ("127.0.0.1", port)  # type: ignore[assignment]
+    try:
+        container.start()
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            container.stop()
+        raise ProvisionUnavailable(f"could not start container {image}: {exc}") from exc
+    dsn = f"postgresql://{_USER}:{password}@127.0.0.1:{port}/{_DATABASE}"
+    try:
+        _wait_ready(dsn, timeout, f"container {image}")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            container.stop()
+        raise
+    return ContainerPostgresServer(container, dsn, image, port, timeout)

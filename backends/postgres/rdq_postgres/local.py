@@ -1,0 +1,498 @@
+"""The "local binaries" rung: a private PostgreSQL server started from installed binaries.
+
+:func:`start_local_server` finds ``initdb`` and ``postgres`` (from one folder, so one
+version) on ``PATH`` or in the usual install folders (:data:`PG_SEARCH_DIRS`), runs
+``initdb`` into ``<workdir>/pgdata``, starts ``postgres`` on a free port listening on
+127.0.0.1 only, waits until it accepts connections, and creates the database
+:data:`DATABASE`. Namespaces are schemas in it, created and dropped exactly as on a server
+given by DSN.
+
+PostgreSQL refuses to run as root. When we are root, ``initdb`` and the server run as the
+``postgres`` system user (option ``pg_user``) and the folders they need are given to it;
+if that user does not exist the rung is unavailable and says so.
+
+Durability settings — ``fsync=off`` (for speed), ``synchronous_commit=on`` and
+``full_page_writes=on`` (the defaults, stated explicitly):
+
+* ``fsync=off`` only skips *flushing* the kernel's page cache to the disk. A commit still
+  ``write()``\\ s its WAL record into the kernel before it returns (that is what
+  ``synchronous_commit=on`` guarantees), so when the *server process* dies — the
+  ``kill_server`` fault SIGKILLs the whole process group — the committed WAL is in the page
+  cache, the next start replays it (crash recovery), and **no committed task is lost**.
+  Only a crash of the operating system or a power cut could lose data, which does not
+  matter for a throw-away test server.
+* ``synchronous_commit=off`` would be unsafe even for a process kill (commits return before
+  their WAL is written), so it is forced on. ``full_page_writes`` stays on: a SIGKILL can
+  interrupt an 8 kB page write between its 4 kB halves, and the full-page images in the WAL
+  are what repairs such a torn page.
+
+Options (``--rdq-option KEY=VALUE``):
+
+``pg_bin_dir``         folders (``os.pathsep``-separated) holding ``initdb`` and ``postgres``;
+                       searched *instead of* ``PATH`` and the usual folders (empty: none)
+``pg_user``            the system user to run the server as when we are root (``postgres``)
+``pg_max_connections`` ``max_connections`` of the server (200)
+``pg_start_timeout``   seconds to wait for the server to accept connections (60)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from rdq_core.backend import (
+    CUT_CONNECTIONS,
+    KILL_SERVER,
+    RESTART_SERVER,
+    ProvisionRequest,
+)
+from rdq_core.errors import InvalidArgument, ProvisionUnavailable
+from rdq_core.localserver import (
+    BinaryNotFound,
+    ManagedProcess,
+    ProcessFailed,
+    RunAs,
+    chown_tree,
+    find_binaries,
+    free_port,
+    remove_tree,
+    resolve_user,
+    run_to_completion,
+    traversable_by,
+)
+from rdq_postgres.plugin import PostgresServer
+
+#: Where PostgreSQL is usually installed, searched after ``PATH`` (globs: newest first).
+PG_SEARCH_DIRS: tuple[str, ...] = (
+    "/usr/lib/postgresql/*/bin",  # Debian, Ubuntu
+    "/usr/pgsql-*/bin",  # RHEL, Fedora, Rocky (PGDG packages)
+    "/usr/local/pgsql/bin",  # built from source
+    "/opt/homebrew/opt/postgresql@*/bin",  # Homebrew (Apple silicon), versioned formulae
+    "/opt/homebrew/bin",
+    "/usr/local/opt/postgresql@*/bin",  # Homebrew (Intel)
+    "/usr/local/bin",
+    "/Applications/Postgres.app/Contents/Versions/*/bin",
+    "/opt/local/lib/postgresql*/bin",  # MacPorts
+)
+#: The binaries the rung needs, found together in one folder.
+REQUIRED_BINARIES = ("initdb", "postgres")
+#: The system user the server runs as when we are root.
+DEFAULT_OS_USER = "postgres"
+#: The database superuser ``initdb`` creates (trust authentication, no password).
+SUPERUSER = "postgres"
+#: The database the namespaces (schemas) live in.
+DATABASE = "rdq"
+#: ``<socket dir>/.s.PGSQL.<port>`` must fit in ``sun_path`` (108 bytes on Linux).
+_MAX_SOCKET_DIR = 90
+
+
+def _option(options: Mapping[str, str], key: str, default: str) -> str:
+    value = options.get(key)
+    return default if value is None else str(value)
+
+
+def _number(options: Mapping[str, str], key: str, default: float) -> float:
+    text = _option(options, key, str(default))
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidArgument(f"--rdq-option {key}={text!r}: expected a number") from None
+    if value <= 0:
+        raise InvalidArgument(f"--rdq-option {key}={text!r}: must be positive")
+    return value
+
+
+def find_postgres(options: Mapping[str, str]) -> dict[str, Path]:
+    """``{"initdb": path, "postgres": path}`` from one folder, or ``ProvisionUnavailable``."""
+    if "pg_bin_dir" in options:
+        given = [d for d in str(options["pg_bin_dir"]).split(os.pathsep) if d.strip()]
+        dirs, use_path = given, False
+        hint = "as given by --rdq-option pg_bin_dir"
+    else:
+        dirs, use_path = list(PG_SEARCH_DIRS), True
+        hint = "PATH, then the usual install folders"
+    try:
+        return find_binaries(REQUIRED_BINARIES, dirs, use_path=use_path)
+    except BinaryNotFound as exc:
+        raise ProvisionUnavailable(
+            f"PostgreSQL server binaries: {exc} [{hint}]; install PostgreSQL (e.g. apt "
+            "install postgresql, brew install postgresql) or point --rdq-option "
+            "pg_bin_dir=FOLDER at the folder holding initdb and postgres"
+        ) from None
+
+
+def _server_user(options: Mapping[str, str]) -> RunAs | None:
+    """The user to run as: ``None`` (ourselves) unless we are root."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return None
+    name = _option(options, "pg_user", DEFAULT_OS_USER)
+    try:
+        user = resolve_user(name)
+    except LookupError:
+        raise ProvisionUnavailable(
+            f"we run as root and PostgreSQL refuses to run as root, but there is no system "
+            f"user {name!r} to run it as; create one (useradd --system {name}), run the "
+            "tests as an ordinary user, or pass --rdq-option pg_user=SOMEUSER"
+        ) from None
+    if user.uid == 0:
+        raise ProvisionUnavailable(
+            f"pg_user {name!r} is root, and PostgreSQL refuses to run as root"
+        )
+    return user
+
+
+def _server_env(user: RunAs | None) -> dict[str, str]:
+    """Our environment without ``PG*`` variables (they would redirect the tools)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env.setdefault("LC_ALL", "C")
+    if user is not None:
+        env.update(HOME=user.home or "/", USER=user.name, LOGNAME=user.name)
+    return env
+
+
+@dataclass
+class LocalCluster:
+    """One PostgreSQL data directory and the server process running on it (if any)."""
+
+    binaries: Mapping[str, Path]
+    base: Path
+    port: int
+    user: RunAs | None
+    max_connections: int = 200
+    start_timeout: float = 60.0
+    #: a folder we created ourselves (``base`` was not reachable by ``user``); removed on close
+    private_base: bool = False
+    process: ManagedProcess | None = field(default=None, repr=False)
+
+    @property
+    def datadir(self) -> Path:
+        return self.base / "pgdata"
+
+    @property
+    def socket_dir(self) -> Path | None:
+        """Where the Unix socket goes; ``None`` (TCP only) when the path would be too long."""
+        folder = self.base / "run"
+        return folder if len(os.fspath(folder)) <= _MAX_SOCKET_DIR else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.base / "postgres.log"
+
+    @property
+    def bindir(self) -> Path:
+        return self.binaries["postgres"].parent
+
+    def _cleanup_paths(self) -> list[Path]:
+        paths = [self.datadir]
+        if self.socket_dir is not None:
+            paths.append(self.socket_dir)
+        if self.private_base:
+            paths.append(self.base)
+        return paths
+
+    def initdb(self) -> None:
+        """Create the data directory (as the server user)."""
+        argv = [
+            self.binaries["initdb"],
+            "-D",
+            self.datadir,
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]
+        run_to_completion(
+            argv,
+            log_path=self.base / "initdb.log",
+            cwd=self.base,
+            env=_server_env(self.user),
+            user=self.user,
+            cleanup_paths=self._cleanup_paths(),
+            timeout=120.0,
+        )
+
+    def argv(self) -> list[str | os.PathLike[str]]:
+        socket_dir = self.socket_dir
+        return [
+            self.binaries["postgres"],
+            "-D",
+            self.datadir,
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={os.fspath(socket_dir) if socket_dir else ''}",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=on",
+            "-c",
+            "full_page_writes=on",
+            "-c",
+            f"max_connections={self.max_connections}",
+            "-c",
+            "logging_collector=off",
+        ]
+
+    def probe(self) -> bool:
+        """Readiness: the server accepts a connection (not "starting up", not recovering)."""
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres", connect_timeout=2
+        ):
+            return True
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections (crash recovery included)."""
+        if self.socket_dir is not None:
+            self.socket_dir.mkdir(mode=0o700, exist_ok=True)
+            if self.user is not None:
+                os.chown(self.socket_dir, self.user.uid, self.user.gid)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        process = ManagedProcess(
+            self.argv(),
+            log_path=self.log_path,
+            cwd=self.base,
+            env=_server_env(self.user),
+            user=self.user,
+            stop_signal=signal.SIGINT,  # "fast" shutdown: disconnect clients, checkpoint
+            grace=10.0,
+            cleanup_paths=self._cleanup_paths(),
+        )
+        process.start()
+        self.process = process
+        try:
+            process.wait_ready(self.probe, self.start_timeout, what=f"postgres on port {self.port}")
+        except ProcessFailed as exc:
+            process.stop(grace=2.0)
+            self.process = None
+            if "Address already in use" in self._log_since(offset):
+                raise PortInUse(self.port) from exc
+            raise
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(offset)
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster's whole process group (its backends included)."""
+        if self.process is not None:
+            self.process.kill()
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT), SIGKILL after the grace period; idempotent."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.stop()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.running
+
+    def pids(self) -> list[int]:
+        return self.process.pids() if self.process is not None else []
+
+    def remove(self) -> None:
+        """Delete the data directory and everything else we created under ``base``."""
+        for path in (*self._cleanup_paths(), self.log_path, self.base / "initdb.log"):
+            remove_tree(path)
+
+
+class PortInUse(ProcessFailed):
+    """Someone took the free port before the server bound it."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(f"port {port} on 127.0.0.1 was taken before postgres could bind it")
+        self.port = port
+
+
+def _prepare_base(workdir: Path, user: RunAs | None) -> tuple[Path, bool]:
+    """The folder the cluster lives in, given to ``user``; ``(path, created_privately)``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if user is None:
+        return workdir, False
+    if traversable_by(workdir.parent, user):  # workdir itself is about to be given away
+        os.chown(workdir, user.uid, user.gid)
+        return workdir, False
+    # The kit's workdir sits below a folder the server user cannot enter (e.g. pytest's
+    # 0700 /tmp/pytest-of-root): live in a private folder of our own instead.
+    base = Path(tempfile.mkdtemp(prefix="rdq-pg-"))
+    chown_tree(base, user)
+    return base, True
+
+
+def create_cluster(request: ProvisionRequest) -> LocalCluster:
+    """Find the binaries, initdb, start the server on a free port, create the database."""
+    options = request.options
+    binaries = find_postgres(options)
+    user = _server_user(options)
+    base, private = _prepare_base(Path(request.workdir), user)
+    cluster = LocalCluster(
+        binaries=binaries,
+        base=base,
+        port=0,
+        user=user,
+        max_connections=int(_number(options, "pg_max_connections", 200)),
+        start_timeout=_number(options, "pg_start_timeout", 60.0),
+        private_base=private,
+    )
+    try:
+        try:
+            cluster.initdb()
+        except ProcessFailed as exc:
+            raise ProvisionUnavailable(
+                f"initdb ({binaries['initdb']}) failed in {cluster.datadir}: {exc}"
+            ) from exc
+        for attempt in range(5):
+            cluster.port = free_port()
+            try:
+                cluster.start()
+                break
+            except PortInUse:
+                if attempt == 4:
+                    raise
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=cluster.port,
+            user=SUPERUSER,
+            dbname="postgres",
+            autocommit=True,
+            connect_timeout=5,
+        ) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    except ProvisionUnavailable:
+        cluster.stop()
+        cluster.remove()
+        raise
+    except (ProcessFailed, psycopg.Error, OSError) as exc:
+        cluster.stop()
+        cluster.remove()
+        raise ProvisionUnavailable(
+            f"the local PostgreSQL server ({cluster.bindir}) did not start: {exc}"
+        ) from exc
+    except BaseException:
+        cluster.stop()
+        cluster.remove()
+        raise
+    return cluster
+
+
+def dsn_for(port: int) -> str:
+    return f"postgresql://{SUPERUSER}@127.0.0.1:{port}/{DATABASE}"
+
+
+# ---- the server -------------------------------------------------------------------------
+
+
+class LocalPostgresServer(PostgresServer):
+    """A private PostgreSQL server the kit started from local binaries.
+
+    Namespaces, ``cut_connections`` and the DSN work as on a given server; in addition the
+    kit owns the process: :meth:`kill` SIGKILLs the postmaster's process group,
+    :meth:`restart` starts it again on the same port and data directory (crash recovery),
+    :meth:`close` stops it and deletes the data directory — idempotently, also after a
+    kill — and if the kit process dies, the watchdog stops it and deletes the data.
+    """
+
+    faults = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        binary = cluster.binaries["postgres"]
+        real = Path(os.path.realpath(binary))
+        shown = f"{binary} (-> {real})" if real != binary else str(binary)
+        origin = f"local binary {shown} on 127.0.0.1:{cluster.port}"
+        super().__init__(dsn_for(cluster.port), origin=origin)
+        self.cluster = cluster
+        self._state_lock = threading.Lock()
+        self._killed = False
+        self._closed = False
+
+    def kill(self) -> None:
+        """SIGKILL the server (postmaster and backends); it stays down until :meth:`restart`."""
+        with self._state_lock:
+            self._check_open()
+            self.cluster.kill()
+            self._killed = True
+            self._forget_admin_connection()
+
+    def restart(self) -> None:
+        """Start the server again on the same port and data (a clean stop first if it runs)."""
+        with self._state_lock:
+            self._check_open()
+            self.cluster.stop()  # a clean stop if running; releases the old watchdog
+            self._forget_admin_connection()
+            try:
+                self.cluster.start()
+            except ProcessFailed as exc:
+                raise ProvisionUnavailable(f"could not restart {self.origin}: {exc}") from exc
+            self._killed = False
+
+    def pids(self) -> list[int]:
+        return self.cluster.pids()
+
+    def close(self) -> None:
+        """Stop the server and delete its data directory; idempotent, fine after kill."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if not self._killed:
+                with contextlib.suppress(Exception):
+                    super().close()  # drop leftover namespaces, close the admin connection
+            self._forget_admin_connection()
+            if self._killed:
+                self._tidy_after_kill()
+            self.cluster.stop()
+            self.cluster.remove()
+
+    def _forget_admin_connection(self) -> None:
+        """The admin connection died with the server; the next admin call opens a new one."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _tidy_after_kill(self) -> None:
+        """A SIGKILLed postmaster leaves its shared memory behind (a SysV segment and files
+        in ``/dev/shm``) and only PostgreSQL knows which are its own: a start on the same
+        data directory (on any free port) reclaims them and a fast shutdown frees them."""
+        self.cluster.stop()
+        port = self.cluster.port
+        try:
+            self.cluster.port = free_port()
+            self.cluster.start()
+        except (ProcessFailed, OSError):
+            pass  # best effort: the data directory is deleted anyway
+        finally:
+            self.cluster.port = port
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProvisionUnavailable(f"{self.origin} was closed")
+
+
+def start_local_server(request: ProvisionRequest) -> LocalPostgresServer:
+    """Rung 2 of the ladder (see the module docstring)."""
+    cluster = create_cluster(request)
+    try:
+        return LocalPostgresServer(cluster)
+    except BaseException:
+        cluster.stop()
+        cluster.remove()
+        raise

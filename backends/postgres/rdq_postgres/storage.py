@@ -1,0 +1,333 @@
+"""``PostgresStorage``: the storage SPI on one PostgreSQL schema (a namespace).
+
+Behaves observably exactly like :class:`rdq_core.memory.MemoryStore`, and is safe across
+threads, processes and hosts sharing the schema.
+
+**Transactions.** Connections are in autocommit mode. Every mutation is ONE statement —
+enqueue (``INSERT … ON CONFLICT (id) DO NOTHING``), the fenced outcomes (lock the row if
+the token is current, append the attempt, apply the transition: see
+:mod:`rdq_postgres.queries`), extend-lease, redrive, purge, purge-succeeded — so it is
+atomic by itself. The claim is one statement too, run in a READ COMMITTED transaction
+with the query that reads the claimed tasks' histories (the claimed rows stay locked
+until that commit, so the histories returned are exactly the claimed state). Reads of
+tasks with their histories (``get``, ``dlq_list``) are one statement each (histories
+aggregated into arrays), i.e. one snapshot.
+
+**Retries.** A statement that fails with a serialization failure, a deadlock, or a
+duplicate attempt number (a claim whose snapshot predates an attempt committed on a row it
+then locked) rolled back entirely and is run again, up to :data:`RETRIES` times.
+
+**Clock.** Every time is the server's ``now()`` (the start of the statement's
+transaction); Python's clock is never used. The server's clock is trusted to be monotonic.
+
+**Errors.** Every psycopg error is mapped (:func:`rdq_postgres.errors.map_error`): a lost
+or refused connection or a pool timeout is ``BackendUnavailable``, a value PostgreSQL
+refuses is ``InvalidArgument``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from rdq_core import cursor as cursors
+from rdq_core.errors import BackendUnavailable, IdConflict, NotFound, RdqError, StaleClaim
+from rdq_core.model import (
+    ByIds,
+    Capabilities,
+    Claim,
+    DlqFilter,
+    DlqPage,
+    ErrorInfo,
+    NewTask,
+    Outcome,
+    QueueStats,
+    Selector,
+    Task,
+    micros_from_utc,
+    utc_from_micros,
+)
+from rdq_core.spi import Storage
+from rdq_postgres import rows
+from rdq_postgres.connection import POOL_TIMEOUT_S, ConnectionSource
+from rdq_postgres.errors import is_retryable, map_error
+from rdq_postgres.queries import Queries, claim_params
+
+T = TypeVar("T")
+
+CLOCK_DESCRIPTION = "postgres now() (the server's clock at the start of each transaction)"
+#: How many times a statement that failed retryably is run again.
+RETRIES = 4
+
+
+class PostgresStorage(Storage):
+    """The storage SPI on schema ``schema`` of the PostgreSQL server at ``dsn``.
+
+    Nothing is opened until the first call in a process (a child process opens its own
+    pool). The schema must exist (``create_namespace``); missing migrations are applied.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        application_name: str | None = None,
+        timeout: float = POOL_TIMEOUT_S,
+    ) -> None:
+        self._source = ConnectionSource(
+            dsn,
+            schema,
+            min_size=min_size,
+            max_size=max_size,
+            application_name=application_name,
+            timeout=timeout,
+        )
+        self._q = Queries(self._source.schema)
+
+    def __repr__(self) -> str:
+        return f"PostgresStorage({self._source.where})"
+
+    @property
+    def schema(self) -> str:
+        return self._source.schema
+
+    @property
+    def application_name(self) -> str:
+        return self._source.application_name
+
+    # ---- running statements ----
+
+    def _run(self, action: str, fn: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``fn`` on a pooled connection; map every driver error."""
+        for attempt in range(RETRIES + 1):
+            try:
+                with self._source.connection() as conn:
+                    return fn(conn)
+            except RdqError:
+                raise
+            except psycopg.Error as exc:
+                if attempt < RETRIES and is_retryable(exc):
+                    continue
+                raise map_error(exc, action, self._source.where) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ---- producer ----
+
+    def _enqueue(self, task: NewTask) -> bool:
+        params = {
+            "id": task.id,
+            "queue": task.queue,
+            "handler": task.handler,
+            "payload": task.payload,
+            "headers": Jsonb(dict(task.headers)),
+            "delay": task.delay,
+        }
+
+        def run(conn: psycopg.Connection) -> bool:
+            for _ in range(RETRIES + 1):
+                if conn.execute(self._q.enqueue, params).fetchone() is not None:
+                    return True
+                row = conn.execute(self._q.queue_of, (task.id,)).fetchone()
+                if row is None:
+                    continue  # the conflicting task was purged meanwhile: insert again
+                if row[0] != task.queue:
+                    raise IdConflict(
+                        f"task id {task.id!r} is already used in queue {row[0]!r}; "
+                        "ids are unique across queues"
+                    )
+                return False
+            raise BackendUnavailable(f"enqueue of {task.id!r}: its id kept vanishing; retry")
+
+        return self._run("enqueue", run)
+
+    # ---- worker ----
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        params = claim_params(queue, limit, lease)
+
+        def run(conn: psycopg.Connection) -> list[Claim]:
+            with conn.transaction():
+                claimed = conn.execute(self._q.claim, params, binary=True).fetchall()
+                claimed.sort(key=lambda r: (r[-2], r[-1]))  # (due_at before the claim, seq)
+                history = rows.histories(conn, self._q, [r[0] for r in claimed])
+            return [
+                Claim(
+                    rows.task(r, history[r[0]]),
+                    token=r[11],
+                    claimed_at=rows.utc(r[12]),
+                    lease_expires_at=rows.utc(r[9]),
+                    reclaimed=bool(r[13]),
+                )
+                for r in claimed
+            ]
+
+        return self._run("claim_due", run)
+
+    def _raise_stale(self, conn: psycopg.Connection, task_id: str, token: str) -> NoReturn:
+        row = conn.execute(self._q.status_of, (task_id,)).fetchone()
+        state = "no such task" if row is None else f"status {row[0]}"
+        raise StaleClaim(f"task {task_id!r}: token {token[:8]}… is not the current claim ({state})")
+
+    def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        params = {"id": task_id, "token": token, "lease": lease}
+
+        def run(conn: psycopg.Connection) -> datetime:
+            row = conn.execute(self._q.extend, params).fetchone()
+            if row is None:
+                self._raise_stale(conn, task_id, token)
+            return rows.utc(row[0])
+
+        return self._run("extend_lease", run)
+
+    def _finish(
+        self,
+        action: str,
+        task_id: str,
+        token: str,
+        outcome: Outcome,
+        error: ErrorInfo | None,
+        **extra: Any,
+    ) -> None:
+        params = {
+            "id": task_id,
+            "token": token,
+            "outcome": outcome.value,
+            "error_type": None if error is None else error.type,
+            "error_message": None if error is None else error.message,
+            "error_detail": None if error is None else error.detail,
+            **extra,
+        }
+
+        def run(conn: psycopg.Connection) -> None:
+            if conn.execute(self._q.finish[action], params).fetchone() is None:
+                self._raise_stale(conn, task_id, token)
+
+        self._run(action, run)
+
+    def _complete(self, task_id: str, token: str) -> None:
+        self._finish("complete", task_id, token, Outcome.SUCCESS, None)
+
+    def _reschedule(
+        self, task_id: str, token: str, delay: timedelta, error: ErrorInfo | None
+    ) -> None:
+        self._finish("reschedule", task_id, token, Outcome.RETRYABLE_FAILURE, error, delay=delay)
+
+    def _dead_letter(
+        self, task_id: str, token: str, error: ErrorInfo | None, outcome: Outcome
+    ) -> None:
+        self._finish("dead_letter", task_id, token, outcome, error)
+
+    # ---- reading ----
+
+    def _get(self, task_id: str) -> Task:
+        def run(conn: psycopg.Connection) -> Task:
+            row = conn.execute(self._q.task, (task_id,), binary=True).fetchone()
+            if row is None:
+                raise NotFound(f"no task with id {task_id!r}")
+            return rows.with_history(row)
+
+        return self._run("get", run)
+
+    def _stats(self, queue: str) -> QueueStats:
+        def run(conn: psycopg.Connection) -> QueueStats:
+            row = conn.execute(self._q.stats, {"queue": queue}).fetchone()
+            assert row is not None
+            pending, due, in_flight, succeeded, dead = (int(n) for n in row)
+            return QueueStats(pending, due, in_flight, succeeded, dead)
+
+        return self._run("stats", run)
+
+    def _now(self) -> datetime:
+        def run(conn: psycopg.Connection) -> datetime:
+            row = conn.execute("SELECT now()").fetchone()
+            assert row is not None
+            return rows.utc(row[0])
+
+        return self._run("now", run)
+
+    # ---- DLQ ----
+
+    def _dlq_list(
+        self, queue: str, filter: DlqFilter | None, cursor: str | None, limit: int
+    ) -> DlqPage:
+        after = None if cursor is None else cursors.decode(queue, cursor)
+        selected, params = (sql.SQL("TRUE"), {}) if filter is None else _selection(filter)
+        conditions: list[sql.Composable] = [selected]
+        params.update({"queue": queue, "limit": limit + 1})
+        if after is not None:
+            conditions.append(sql.SQL("(dead_at, id) > (%(after_at)s, %(after_id)s)"))
+            params.update(after_at=utc_from_micros(after.dead_at_us), after_id=after.task_id)
+        statement = self._q.dlq_page(sql.SQL(" AND ").join(conditions))
+
+        def run(conn: psycopg.Connection) -> DlqPage:
+            found = conn.execute(statement, params, binary=True).fetchall()
+            page = found[:limit]
+            next_cursor = None
+            if len(found) > limit:
+                last = page[-1]
+                position = cursors.DlqPosition(micros_from_utc(rows.utc(last[-1])), last[0])
+                next_cursor = cursors.encode(queue, position)
+            return DlqPage(tuple(rows.with_history(r) for r in page), next_cursor)
+
+        return self._run("dlq_list", run)
+
+    def _redrive(self, queue: str, selector: Selector) -> int:
+        selected, params = _selection(selector)
+        statement = self._q.redrive(selected)
+        return self._run(
+            "redrive", lambda conn: conn.execute(statement, {**params, "queue": queue}).rowcount
+        )
+
+    def _purge(self, queue: str, selector: Selector) -> int:
+        selected, params = _selection(selector)
+        statement = self._q.purge(selected)
+        return self._run(
+            "purge", lambda conn: conn.execute(statement, {**params, "queue": queue}).rowcount
+        )
+
+    def _purge_succeeded(self, queue: str, older_than: timedelta) -> int:
+        params = {"queue": queue, "older_than": older_than}
+        return self._run(
+            "purge_succeeded",
+            lambda conn: conn.execute(self._q.purge_succeeded, params).rowcount,
+        )
+
+    # ---- lifecycle ----
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            multi_process=True, max_payload_bytes=None, notify=False, clock=CLOCK_DESCRIPTION
+        )
+
+    def close(self) -> None:
+        """Close this process's connections; idempotent. Later calls raise
+        ``BackendUnavailable``."""
+        self._source.close()
+
+
+def _selection(selector: Selector) -> tuple[sql.Composable, dict[str, Any]]:
+    """A WHERE fragment (to AND with queue and status) selecting what ``selector`` names;
+    an empty selector selects nothing, never everything."""
+    if isinstance(selector, ByIds):
+        if not selector.ids:
+            return sql.SQL("FALSE"), {}
+        return sql.SQL("id = ANY(%(ids)s)"), {"ids": list(selector.ids)}
+    if selector.is_empty:
+        return sql.SQL("FALSE"), {}
+    conditions: list[sql.Composable] = [sql.SQL("TRUE")]
+    params: dict[str, Any] = {}
+    if selector.handler is not None:
+        conditions.append(sql.SQL("handler = %(handler)s"))
+        params["handler"] = selector.handler
+    if selector.error_type is not None:
+        conditions.append(sql.SQL("last_error_type = %(error_type)s"))
+        params["error_type"] = selector.error_type
+    return sql.SQL(" AND ").join(conditions), params

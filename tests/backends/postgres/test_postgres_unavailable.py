@@ -1,0 +1,202 @@
+"""Connection loss on PostgreSQL is ``BackendUnavailable`` (or a transparent reconnect),
+never a raw psycopg error: terminated sessions, sessions cut mid-statement, a closed
+port, an exhausted pool, a closed storage; and DSN passwords never reach a message."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from _pg_support import require_server
+from rdq_postgres.errors import mask_dsn
+from rdq_postgres.plugin import PostgresServer, backend
+from rdq_postgres.storage import PostgresStorage
+
+from rdq_core.backend import ProvisionRequest
+from rdq_core.errors import BackendUnavailable
+from rdq_core.model import NewTask
+
+DSN = require_server()
+LEASE = timedelta(minutes=5)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sessions(raw: psycopg.Connection, application_name: str) -> list[int]:
+    rows = raw.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _terminate(raw: psycopg.Connection, pids: list[int]) -> None:
+    for pid in pids:
+        raw.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+
+
+CALLS = {
+    "enqueue": lambda st, i: st.enqueue(NewTask(f"t{i}", "q", "h")),
+    "claim_due": lambda st, i: st.claim_due("q", 1, LEASE),
+    "get": lambda st, i: st.get("t0"),
+    "stats": lambda st, i: st.stats("q"),
+    "dlq_list": lambda st, i: st.dlq_list("q"),
+    "now": lambda st, i: st.now(),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_next_call_after_pg_terminate_backend_succeeds_or_is_backend_unavailable(
+    storage, raw, call
+):
+    storage.enqueue(NewTask("t0", "q", "h"))
+    outcomes = []
+    for i in range(1, 6):
+        pids = _sessions(raw, storage.application_name)
+        assert pids, "the storage has no session to cut"
+        _terminate(raw, pids)
+        try:
+            CALLS[call](storage, i)
+            outcomes.append("ok")
+        except BackendUnavailable as exc:
+            assert "may or may not have taken effect" in str(exc)
+            outcomes.append("unavailable")
+        # anything else (a raw psycopg error above all) fails the test by propagating
+    assert "ok" in outcomes, f"the pool never reconnected: {outcomes}"
+    assert CALLS[call](storage, 99) is not None or call == "enqueue"
+    assert storage.get("t0").id == "t0"
+
+
+def test_session_cut_mid_statement_is_backend_unavailable(storage, raw):
+    storage.now()
+    errors: list[BaseException] = []
+
+    def sleeper() -> None:
+        try:
+            storage._run("sleep", lambda c: c.execute("SELECT pg_sleep(30)"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while True:
+        busy = raw.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND state = 'active'",
+            (storage.application_name,),
+        ).fetchall()
+        if busy:
+            break
+        assert time.monotonic() < deadline, "the statement never started"
+        time.sleep(0.01)
+    _terminate(raw, [int(r[0]) for r in busy])
+    thread.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], BackendUnavailable), errors
+    assert "may or may not have taken effect" in str(errors[0])
+    assert storage.stats("q").total == 0  # and the storage carries on
+
+
+def test_server_cut_connections_counts_and_the_storage_recovers(server, namespace, raw):
+    handles = [PostgresStorage(DSN, namespace) for _ in range(3)]
+    try:
+        for h in handles:
+            h.now()
+        assert len(_sessions(raw, f"rdq:{namespace}")) == 3
+        assert server.cut_connections(namespace) == 3
+        assert _sessions(raw, f"rdq:{namespace}") == []
+        for h in handles:
+            try:
+                h.stats("q")
+            except BackendUnavailable:
+                h.stats("q")
+    finally:
+        for h in handles:
+            h.close()
+
+
+def test_closed_port_is_backend_unavailable_quickly_with_password_masked():
+    dsn = f"postgresql://postgres:s3cret@127.0.0.1:{_closed_port()}/test?connect_timeout=2"
+    storage = PostgresStorage(dsn, "rdq_nowhere")
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable) as info:
+        storage.enqueue(NewTask("t", "q", "h"))
+    assert time.monotonic() - started < 3
+    assert "s3cret" not in str(info.value) and "***" in str(info.value)
+    assert "refused" in str(info.value).lower() or "connect" in str(info.value).lower()
+    storage.close()
+
+
+def test_server_from_dsn_checks_that_the_server_answers(tmp_path):
+    dsn = f"postgresql://postgres:s3cret@127.0.0.1:{_closed_port()}/test"
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="does not answer") as info:
+        backend.server_from_dsn(dsn, ProvisionRequest(workdir=tmp_path, dsn=dsn))
+    assert time.monotonic() - started < 6
+    assert "s3cret" not in str(info.value)
+    assert "postgresql://postgres:***@127.0.0.1" in str(info.value)
+
+
+def test_provision_with_a_live_dsn_gives_a_server_that_is_left_running(tmp_path, raw):
+    server = backend.provision(ProvisionRequest(workdir=tmp_path, dsn=DSN))
+    assert isinstance(server, PostgresServer) and server.origin.startswith("given DSN")
+    assert server.faults == {"cut_connections"}
+    namespace = server.create_namespace()
+    assert namespace.startswith("rdq_") and len(namespace) == 36
+    server.close()  # drops what it created, leaves the server up
+    gone = raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (namespace,)).fetchone()
+    assert gone is None and raw.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_exhausted_pool_is_backend_unavailable(namespace):
+    storage = PostgresStorage(DSN, namespace, max_size=1, timeout=0.3)
+    storage.now()
+    holding = threading.Event()
+
+    def hold() -> None:
+        def run(conn: psycopg.Connection) -> None:
+            holding.set()
+            conn.execute("SELECT pg_sleep(1.5)")
+
+        storage._run("hold", run)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(5)
+        with pytest.raises(BackendUnavailable, match="no connection"):
+            storage.stats("q")
+    finally:
+        thread.join(10)
+        storage.close()
+
+
+def test_closed_storage_is_backend_unavailable(storage):
+    storage.now()
+    storage.close()
+    storage.close()  # idempotent
+    with pytest.raises(BackendUnavailable, match="closed"):
+        storage.now()
+
+
+@pytest.mark.parametrize(
+    ("dsn", "masked"),
+    [
+        ("postgresql://u:pw@h:5432/db", "postgresql://u:***@h:5432/db"),
+        (
+            "postgresql://u@h/db?password=pw&sslmode=require",
+            "postgresql://u@h/db?password=***&sslmode=require",
+        ),
+        ("host=h user=u password=pw dbname=db", "host=h user=u password=*** dbname=db"),
+        ("host=h password='p w' dbname=db", "host=h password=*** dbname=db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+    ],
+)
+def test_mask_dsn(dsn, masked):
+    assert mask_dsn(dsn) == masked
