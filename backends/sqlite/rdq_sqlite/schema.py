@@ -66,10 +66,10 @@ _V1 = Migration(
             due_at           INTEGER,
             last_error_type  TEXT,
             CHECK (status <> 'PENDING' OR (
-                next_attempt_at IS NOT NULL AND due_at = next_attempt_at
+                next_attempt_at IS NOT NULL AND due_at IS NOT NULL AND due_at = next_attempt_at
                 AND lease_expires_at IS NULL AND token IS NULL)),
             CHECK (status <> 'IN_FLIGHT' OR (
-                lease_expires_at IS NOT NULL AND due_at = lease_expires_at
+                lease_expires_at IS NOT NULL AND due_at IS NOT NULL AND due_at = lease_expires_at
                 AND next_attempt_at IS NULL AND token IS NOT NULL AND claimed_at IS NOT NULL)),
             CHECK (status NOT IN ('SUCCEEDED', 'DEAD') OR (
                 due_at IS NULL AND next_attempt_at IS NULL AND lease_expires_at IS NULL
