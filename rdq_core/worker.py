@@ -32,6 +32,12 @@ Rules this module keeps (SPEC §2-3):
   ``StaleClaim`` the worker reads the task back: an attempt that started at this
   claim's ``claimed_at`` with a non-LEASE_EXPIRED outcome shows an earlier,
   unacknowledged call took effect, and the result is ``"ok"``.
+- **Chaos-testing aid.** ``report_after_lease_loss=True`` (off by default; never for
+  production) makes the worker behave like a zombie that did not notice it lost its
+  lease: it still makes the outcome report after the lease is lost (a correct backend
+  refuses it with ``StaleClaim``, reported to the observer like any stale report). Late
+  *heartbeats* need no flag: after a pause (SIGSTOP/SIGCONT) the heartbeat thread beats
+  without first looking at the clock, so a zombie's late heartbeat is always attempted.
 - **Observer.** Every hook is called from whichever worker thread acts (claim loop,
   handler threads, heartbeat thread), so an observer must be thread-safe. An exception
   raised by a hook is logged and swallowed.
@@ -136,13 +142,21 @@ Handler = Callable[[TaskContext], object]
 class WorkerObserver:
     """Hooks a journal implements; every method is a no-op here. Must be thread-safe.
 
+    A poll is ``on_claim_begin`` then ``on_claim_end`` (its claims, possibly none) and,
+    when it claimed any, ``on_claim``; or ``on_claim_begin`` then ``on_claim_error``.
     Order for one claimed task that runs: ``on_claim`` (for its batch), ``on_start``,
-    any ``on_heartbeat``, ``on_handler_end``, then per storage call
-    ``on_report_begin``/``on_report_end`` (several if retried), then ``on_report`` with
-    the final result. ``on_lease_lost`` comes when the lease is found lost (by the
-    heartbeat, or a report rejected as stale). A poison pill or unknown handler skips
-    ``on_start``/``on_handler_end``.
+    any ``on_heartbeat_begin``/``on_heartbeat`` pairs, ``on_handler_end``, then per
+    storage call ``on_report_begin``/``on_report_end`` (several if retried), then
+    ``on_report`` with the final result. ``on_lease_lost`` comes when the lease is found
+    lost (by the heartbeat, or a report rejected as stale). A poison pill or unknown
+    handler skips ``on_start``/``on_handler_end``.
     """
+
+    def on_claim_begin(self, limit: int) -> None:
+        """A poll is about to claim up to ``limit`` tasks."""
+
+    def on_claim_end(self, claims: Sequence[Claim]) -> None:
+        """A poll returned these claims (called for an empty poll too)."""
 
     def on_claim(self, claims: Sequence[Claim]) -> None:
         """A poll claimed these tasks (not called for an empty poll)."""
@@ -155,6 +169,9 @@ class WorkerObserver:
 
     def on_handler_end(self, ctx: TaskContext, error: BaseException | None) -> None:
         """The handler returned (``error is None``) or raised ``error``."""
+
+    def on_heartbeat_begin(self, task_id: str, token: str) -> None:
+        """A lease extension is about to be sent."""
 
     def on_heartbeat(self, task_id: str, token: str, result: datetime | BaseException) -> None:
         """A lease extension returned the new expiry, or failed with an exception."""
@@ -203,7 +220,9 @@ class Worker:
       storage call, doubling from the first up to the second;
     - ``report_retry_for``: how long a report is retried on ``BackendUnavailable``
       (default: ``lease``);
-    - ``rng_seed``: seeds the backoff jitter (deterministic for one handler thread).
+    - ``rng_seed``: seeds the backoff jitter (deterministic for one handler thread);
+    - ``report_after_lease_loss``: a chaos-testing aid, off by default: report the outcome
+      even after the lease is lost (see the module rules); never for production.
 
     Bad arguments raise ``InvalidArgument``. A worker runs one session at a time
     (``run``, ``run_once`` or ``run_until_idle``).
@@ -226,6 +245,7 @@ class Worker:
         observer: WorkerObserver | None = None,
         rng_seed: int | None = None,
         name: str | None = None,
+        report_after_lease_loss: bool = False,
     ) -> None:
         self.storage = storage
         self.queue = v.queue_name(queue)
@@ -273,6 +293,11 @@ class Worker:
         if observer is not None and not isinstance(observer, WorkerObserver):
             raise InvalidArgument(f"observer must be a WorkerObserver, got {observer!r}")
         self.observer = observer
+        if not isinstance(report_after_lease_loss, bool):
+            raise InvalidArgument(
+                f"report_after_lease_loss must be a bool, got {report_after_lease_loss!r}"
+            )
+        self.report_after_lease_loss = report_after_lease_loss
         self.name = name or f"rdq-worker-{os.getpid()}-{next(_names)}"
         self._rng = random.Random(rng_seed)
         self._rng_lock = threading.Lock()
@@ -396,8 +421,10 @@ class Worker:
     # ---- claiming ---------------------------------------------------------------------------
 
     def _claim(self, limit: int) -> tuple[float, list[Claim]]:
+        self._notify("on_claim_begin", limit)
         sent = time.monotonic()
         claims = self.storage.claim_due(self.queue, limit, self.lease)
+        self._notify("on_claim_end", claims)
         if claims:
             self._notify("on_claim", claims)
         return sent, claims
@@ -461,7 +488,7 @@ class Worker:
             error = exc
         held = self._heartbeat.finish(entry)
         self._notify("on_handler_end", ctx, error)
-        if not held:
+        if not held and not self.report_after_lease_loss:
             return
         if error is None:
             self._report(ctx, "complete")
@@ -534,7 +561,7 @@ class Worker:
                 result = "ok"
                 break
         self._notify("on_report", kind, task_id, token, result)
-        if result == "stale":
+        if result == "stale" and not ctx.lease_lost.is_set():
             ctx.lease_lost.set()
             self._notify("on_lease_lost", task_id, token)
         return result
@@ -624,6 +651,7 @@ class _Heartbeat:
         with entry.lock:
             if entry.done or entry.lost:
                 return
+            w._notify("on_heartbeat_begin", task_id, token)
             sent = time.monotonic()
             try:
                 expiry = w.storage.extend_lease(task_id, token, w.lease)

@@ -599,3 +599,92 @@ def test_bad_worker_arguments_raise(kwargs, match):
     args = {"queue": Q, "handlers": {"work": print}, **kwargs}
     with pytest.raises(InvalidArgument, match=match):
         Worker(MemoryStore(), args.pop("queue"), args.pop("handlers"), **args)
+
+
+# ---- chaos-testing aid: report_after_lease_loss, and the begin/end hooks ------------------------
+
+
+class BeginRecorder(Recorder):
+    def on_claim_begin(self, limit):
+        self._add("claim_begin", limit)
+
+    def on_claim_end(self, claims):
+        self._add("claim_end", len(claims))
+
+    def on_heartbeat_begin(self, task_id, token):
+        self._add("heartbeat_begin", task_id)
+
+
+def test_claim_and_heartbeat_begin_hooks():
+    store = MemoryStore()
+    enqueue(store)
+    rec = BeginRecorder()
+    w = Worker(
+        store,
+        Q,
+        {"work": lambda ctx: time.sleep(0.25)},
+        lease=300 * MS,
+        observer=rec,
+        heartbeat_fraction=0.2,
+    )
+    assert w.run_once() == 1
+    assert w.run_once() == 0
+    kinds = [e[0] for e in rec.events]
+    assert kinds[:3] == ["claim_begin", "claim_end", "claim"]
+    assert rec.events[0] == ("claim_begin", 1) and rec.events[1] == ("claim_end", 1)
+    assert rec.events[-2:] == [("claim_begin", 1), ("claim_end", 0)]  # an empty poll
+    begins = kinds.count("heartbeat_begin")
+    assert begins >= 1 and begins == kinds.count("heartbeat")
+    for i, kind in enumerate(kinds):
+        if kind == "heartbeat":
+            assert kinds[i - 1] == "heartbeat_begin"
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_report_after_lease_loss_makes_a_zombie_report(flag):
+    """With the flag the worker still reports after losing its lease; the store refuses."""
+    inner = MemoryStore()
+    flaky = FlakyStore(inner)
+    enqueue(inner)
+    rec = Recorder()
+    started = threading.Event()
+
+    def blocked(ctx: TaskContext) -> None:  # a blocked loop: never looks at the lease
+        started.set()
+        assert ctx.lease_lost.wait(5)
+
+    a = Worker(
+        flaky,
+        Q,
+        {"work": blocked},
+        lease=300 * MS,
+        observer=rec,
+        name="a",
+        report_after_lease_loss=flag,
+    )
+    t = in_thread(a.run_once)
+    assert started.wait(2)
+    flaky.hold_extend = threading.Event()
+    assert flaky.extend_waiting.wait(2)
+    time.sleep(0.35)  # the lease expires
+    b = Worker(inner, Q, {"work": lambda ctx: None}, name="b")
+    assert b.run_once() == 1  # B reclaims and completes
+    flaky.hold_extend.set()  # A's heartbeat: StaleClaim, lease lost
+    t.join(5)
+    assert not t.is_alive()
+    reports = [e for e in rec.events if e[0].startswith("report")]
+    if flag:
+        assert reports == [
+            ("report_begin", "complete", "t1"),
+            ("report_end", "complete", "t1", "stale"),
+            ("report", "complete", "t1", "stale"),
+        ]
+    else:
+        assert reports == []
+    assert [e[0] for e in rec.events].count("lease_lost") == 1
+    assert history(inner) == [(1, Outcome.LEASE_EXPIRED), (2, Outcome.SUCCESS)]
+
+
+def test_report_after_lease_loss_must_be_a_bool():
+    with pytest.raises(InvalidArgument, match="report_after_lease_loss"):
+        Worker(MemoryStore(), Q, {"work": print}, report_after_lease_loss="yes")

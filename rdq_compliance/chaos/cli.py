@@ -1,0 +1,215 @@
+"""``rdq-chaos``: run a chaos campaign from the shell.
+
+::
+
+    rdq-chaos run chaos/standard.toml --backend sqlite [--seed N] [--dsn DSN]
+              [--out DIR] [--option KEY=VALUE ...] [--no-docker]
+
+Provisions the backend's server (an explicit ``--dsn``, else local binaries, else a
+container), runs the scenario with a live progress display, writes the report folder
+and prints where it is. Exit status: **0** no violation, **1** violations found (or
+the checker failed), **2** bad usage, a bad scenario, or no server to run against —
+always with a one-line reason, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from rdq_compliance import registry
+from rdq_compliance.chaos.runner import CampaignResult, Progress, replay_command
+from rdq_compliance.chaos.scenario import ScenarioError, check_seed, load_scenario
+from rdq_compliance.settings import parse_options
+from rdq_core.errors import InvalidArgument, RdqError
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"rdq-chaos: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rdq-chaos", description="rdq chaos campaigns against a backend")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="run a scenario and write a report folder")
+    run.add_argument("scenario", type=Path, help="a scenario file, e.g. chaos/standard.toml")
+    run.add_argument("--backend", required=True, help="an rdq.backends name (or module:attr)")
+    run.add_argument("--seed", type=int, help="override the scenario's seed (replays a run)")
+    run.add_argument("--dsn", help="use this server instead of provisioning one")
+    run.add_argument("--out", type=Path, help="report folder (default: chaos-reports/...)")
+    run.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a backend-specific setting (repeatable)",
+    )
+    run.add_argument("--no-docker", action="store_true", help="never try containers")
+    run.add_argument("--quiet", action="store_true", help="no live display")
+    return parser
+
+
+def _progress_table(p: Progress, scenario_name: str, backend: str) -> Table:
+    c = p.counters
+    table = Table(title=f"rdq chaos: {scenario_name} on {backend}", show_header=False, min_width=60)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("phase", f"{p.phase}  ({p.elapsed:5.1f}s)")
+    table.add_row(
+        "tasks done",
+        f"{p.done}/{p.total}  (succeeded {p.stats.succeeded}, "
+        f"dead {p.stats.dead}, pending {p.stats.pending}, "
+        f"in flight {p.stats.in_flight})",
+    )
+    kills = ", ".join(f"{k} {v}" for k, v in sorted(c.kills.items())) or "-"
+    table.add_row("kills", f"{c.total_kills}  ({kills})")
+    table.add_row("pauses", str(c.pauses))
+    table.add_row("server restarts", str(c.server_restarts))
+    table.add_row("connection cuts", str(c.cuts))
+    table.add_row("redrives", f"{c.redrives} ({c.redriven_tasks} tasks)")
+    table.add_row("violations", "-" if p.violations is None else str(p.violations))
+    return table
+
+
+def _log_to(path: Path) -> None:
+    """Send the harness's log (driver warnings during faults, ...) to a file, not the
+    terminal, where the live display is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def _default_out(scenario_name: str, backend: str, seed: int) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = backend.replace(":", "_").replace("/", "_")
+    return Path("chaos-reports") / f"{scenario_name}-{safe}-seed{seed}-{stamp}"
+
+
+def _summarise(console: Console, result: CampaignResult) -> None:
+    c = result.counters
+    t = result.tasks
+    console.print(
+        f"[bold]{result.scenario.name}[/] on [bold]{result.backend}[/] "
+        f"({result.server_origin}), seed {result.seed}: {result.duration:.1f}s "
+        f"(faults {result.fault_phase:.1f}s, drain {result.drain_time:.1f}s)"
+    )
+    console.print(
+        f"  tasks: {t.get('enqueued')} enqueued, {t.get('succeeded')} succeeded, "
+        f"{t.get('dead')} dead, {t.get('pending')} pending, {t.get('in_flight')} in flight, "
+        f"{t.get('missing')} missing"
+    )
+    kills = ", ".join(f"{k} {v}" for k, v in sorted(c.kills.items())) or "none"
+    console.print(
+        f"  faults: {c.total_kills} SIGKILLs ({kills}); {c.pauses} pauses past the lease; "
+        f"{c.server_restarts} server restarts; {c.cuts} connection cuts; "
+        f"{c.redrives} redrives ({c.redriven_tasks} tasks)"
+    )
+    for note in c.notes:
+        console.print(f"  [yellow]note:[/] {note}", highlight=False)
+    if result.workers_left:
+        console.print(f"  [red]processes left running: {result.workers_left}[/]")
+    if result.checker_error:
+        console.print(f"  [red]{result.checker_error}[/]")
+    elif not result.checked:
+        console.print("  [yellow]the history checker is not installed: history NOT checked[/]")
+    elif result.violations:
+        console.print(f"  [red bold]{len(result.violations)} violation(s)[/]")
+        for v in result.violations[:10]:
+            rule = getattr(v, "rule", None) or (v.get("rule") if isinstance(v, dict) else None)
+            msg = getattr(v, "message", None) or (
+                v.get("message") if isinstance(v, dict) else str(v)
+            )
+            console.print(f"    [{rule}] {msg}", highlight=False, markup=False)
+    else:
+        console.print("  [green bold]no violations[/]")
+    console.print(f"  report: {result.outdir}  (timeline: {result.files.get('timeline')})")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rdq_compliance.chaos.runner import provision_and_run
+
+    err = Console(stderr=True)
+    try:
+        scenario = load_scenario(args.scenario)
+        if args.seed is not None:
+            scenario = scenario.with_seed(check_seed(args.seed, "--seed"))
+        options = parse_options(list(args.option))
+        registry.load_backend(args.backend)
+    except (ScenarioError, InvalidArgument, registry.UnknownBackend) as exc:
+        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+        return EXIT_USAGE
+    out = args.out or _default_out(scenario.name, args.backend, scenario.seed)
+    try:
+        _log_to(out / "logs" / "harness.log")
+    except OSError as exc:
+        err.print(f"rdq-chaos: error: cannot write the report folder {out}: {exc}")
+        return EXIT_USAGE
+    command = replay_command(scenario, args.backend, scenario.seed, args.dsn)
+    console = Console()
+    live: Live | None = None
+    if not args.quiet:
+        live = Live(console=console, refresh_per_second=4, transient=False)
+
+    def on_progress(p: Progress) -> None:
+        if live is not None:
+            live.update(_progress_table(p, scenario.name, args.backend))
+
+    try:
+        if live is not None:
+            live.start()
+        result = provision_and_run(
+            scenario,
+            backend_name=args.backend,
+            outdir=out,
+            dsn=args.dsn,
+            options=options,
+            allow_docker=not args.no_docker,
+            progress=on_progress,
+            command=command,
+        )
+    except KeyboardInterrupt:
+        if live is not None:
+            live.stop()
+        err.print("rdq-chaos: interrupted; the fleet and the server were stopped")
+        return 130
+    except (RdqError, OSError) as exc:
+        if live is not None:
+            live.stop()
+        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+        return EXIT_USAGE
+    finally:
+        if live is not None:
+            live.stop()
+    _summarise(console, result)
+    if result.violations or result.checker_error:
+        return EXIT_VIOLATIONS
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    return EXIT_USAGE  # pragma: no cover - argparse requires a command
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

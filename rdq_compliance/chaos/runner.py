@@ -1,0 +1,472 @@
+"""Run one chaos campaign: enqueue, unleash the fleet and the nemesis, drain, check.
+
+:func:`run_campaign` is the whole run against a provisioned server:
+
+1. a fresh namespace; the tasks of the scenario's workload enqueued (journaled as
+   ``enqueue ok`` in the harness journal), their due times spread over the window;
+2. the fleet of worker processes started; the nemesis applies the seeded fault plan
+   until it is done (or the deadline passes);
+3. the **drain**: no more faults or redrives; paused workers resumed, armed ones
+   disarmed, a killed server restarted; the workers run until no task is PENDING or
+   IN_FLIGHT (or the drain timeout passes);
+4. the fleet stopped; the final state read (every enqueued task with ``get``, the DLQ
+   paged fully); the history read; the checker run (imported lazily: if it is not
+   installed the run is reported as *not checked*);
+5. the report folder written (:mod:`rdq_compliance.chaos.report`).
+
+:func:`provision_and_run` provisions the backend's server through the ladder first
+(what ``rdq-chaos run`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import random
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from rdq_compliance import registry
+from rdq_compliance.chaos.events import OK, Event, Journal, read_history
+from rdq_compliance.chaos.fleet import Fleet
+from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
+from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, dlq_tasks, plan_faults
+from rdq_compliance.chaos.scenario import Scenario
+from rdq_compliance.chaos.worker_main import WorkerConfig
+from rdq_core.backend import Backend, ProvisionRequest, Server, StorageSpec
+from rdq_core.errors import BackendUnavailable, NotFound
+from rdq_core.model import NewTask, QueueStats, Task
+from rdq_core.spi import Storage
+
+HARNESS = "harness"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot for a live display."""
+
+    phase: str  # enqueue | faults | drain | check | done
+    elapsed: float
+    total: int
+    stats: QueueStats
+    counters: Counters
+    violations: int | None = None
+
+    @property
+    def done(self) -> int:
+        return self.stats.succeeded + self.stats.dead
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+@dataclass
+class CampaignResult:
+    scenario: Scenario
+    seed: int
+    backend: str
+    server_origin: str
+    outdir: Path
+    plan: FaultPlan
+    counters: Counters
+    tasks: dict[str, int] = field(default_factory=dict)
+    violations: list[Any] = field(default_factory=list)
+    checked: bool = False
+    checker_error: str | None = None
+    drained: bool = False
+    duration: float = 0.0
+    fault_phase: float = 0.0
+    drain_time: float = 0.0
+    started_at: float = 0.0
+    workers_left: list[int] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """No violation found and no checker failure (a run not checked is not ok-proof)."""
+        return not self.violations and self.checker_error is None
+
+    @property
+    def notes(self) -> list[str]:
+        return self.counters.notes
+
+
+@dataclass(frozen=True)
+class FinalReadout:
+    """What the storage holds at the end (before being wrapped in the checker's type)."""
+
+    tasks: list[Task]
+    dlq: list[Task]
+    enqueued: list[str]
+    missing: list[str]
+    drained: bool = True
+
+
+# ---- the workload -------------------------------------------------------------------------
+
+
+def make_tasks(scenario: Scenario) -> list[NewTask]:
+    """The scenario's tasks (deterministic for its seed)."""
+    rng = random.Random(f"rdq-workload:{scenario.seed}")
+    wl = scenario.workload
+    mixes = list(wl.handlers)
+    weights = [h.weight for h in mixes]
+    lease = scenario.workers.lease
+    width = max(5, len(str(wl.tasks)))
+    out = []
+    for i in range(wl.tasks):
+        mix = rng.choices(mixes, weights)[0]
+        kind = mix.kind
+        payload: dict[str, object] = {"kind": kind}
+        if kind == "overrun":
+            payload.update(s=round(lease * mix.factor, 4), times=mix.times, after=0.02)
+        else:
+            payload["s"] = round(rng.uniform(*mix.duration), 4)
+        if kind == "flaky":
+            payload["failures"] = rng.randint(*mix.failures)
+        delay = timedelta(seconds=round(rng.uniform(0, scenario.spread), 3))
+        out.append(
+            NewTask(
+                id=f"t{i:0{width}d}",
+                queue=wl.queue,
+                handler=f"chaos.{kind}",
+                payload=json.dumps(payload, separators=(",", ":")).encode(),
+                delay=delay,
+            )
+        )
+    return out
+
+
+def _retrying(fn: Callable[[], Any], what: str, attempts: int = 20) -> Any:
+    for i in range(attempts):
+        try:
+            return fn()
+        except BackendUnavailable:
+            if i == attempts - 1:
+                raise
+            time.sleep(min(0.05 * 2**i, 1.0))
+    raise AssertionError(what)  # pragma: no cover
+
+
+def enqueue_all(storage: Storage, tasks: Sequence[NewTask], journal: LockedJournal) -> None:
+    for task in tasks:
+        created = _retrying(lambda t=task: storage.enqueue(t), f"enqueue {task.id}")
+        journal.write(OK, "enqueue", task=task.id, handler=task.handler, created=created)
+
+
+# ---- the final state and the checker -------------------------------------------------------
+
+
+def read_final(
+    storage: Storage, queue: str, enqueued: Sequence[str], *, drained: bool = True
+) -> FinalReadout:
+    tasks, missing = [], []
+    for task_id in enqueued:
+        try:
+            tasks.append(_retrying(lambda i=task_id: storage.get(i), f"get {task_id}"))
+        except NotFound:
+            missing.append(task_id)
+    dlq = _retrying(lambda: dlq_tasks(storage, queue), "dlq_list")
+    return FinalReadout(tasks, dlq, list(enqueued), missing, drained)
+
+
+def build_final_state(cls: type, readout: FinalReadout) -> Any:
+    """The checker's ``FinalState`` from the readout: by field names if it is a dataclass
+    (``tasks``, ``dlq``, ``enqueued``, ``drained``, or names like them), else positionally
+    (tasks, dlq, enqueued)."""
+    values: dict[str, Any] = {
+        "tasks": readout.tasks,
+        "dlq": readout.dlq,
+        "enqueued": readout.enqueued,
+        "drained": readout.drained,
+    }
+    if dataclasses.is_dataclass(cls):
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            name = f.name.lower()
+            if name in values:
+                kwargs[f.name] = values[name]
+            elif "dlq" in name or "dead" in name:
+                kwargs[f.name] = readout.dlq
+            elif "enqueue" in name or name.endswith("ids"):
+                kwargs[f.name] = _same_kind(f.type, readout.enqueued)
+            elif "task" in name:
+                kwargs[f.name] = readout.tasks
+        with contextlib.suppress(TypeError):
+            return cls(**kwargs)
+    return cls(values["tasks"], values["dlq"], values["enqueued"])
+
+
+def _same_kind(annotation: object, ids: list[str]) -> Any:
+    text = str(annotation)
+    if "frozenset" in text:
+        return frozenset(ids)
+    if text.startswith("set") or "set[" in text:
+        return set(ids)
+    if "tuple" in text:
+        return tuple(ids)
+    return list(ids)
+
+
+CHECKER_MODULE = "rdq_compliance.chaos.checker"
+
+
+def load_checker() -> ModuleType | None:
+    """The history checker module, or ``None`` if it is not installed."""
+    try:
+        return importlib.import_module(CHECKER_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name == CHECKER_MODULE:
+            return None
+        raise
+
+
+def run_checker(events: list[Event], readout: FinalReadout) -> tuple[list[Any], bool, str | None]:
+    """``(violations, checked, error)``; a missing checker module is *not checked*."""
+    checker = load_checker()
+    if checker is None:
+        return [], False, None
+    try:
+        final = build_final_state(checker.FinalState, readout)
+        return list(checker.check(events, final)), True, None
+    except Exception as exc:
+        return [], False, f"the checker failed: {error_text(exc)}"
+
+
+# ---- the campaign -------------------------------------------------------------------------
+
+
+def worker_template(scenario: Scenario, spec: StorageSpec) -> WorkerConfig:
+    w = scenario.workers
+    return WorkerConfig(
+        proc="w?",
+        spec=spec,
+        queue=scenario.workload.queue,
+        journal="",
+        control="",
+        lease=w.lease,
+        batch=w.batch,
+        concurrency=w.concurrency,
+        heartbeat_fraction=w.heartbeat_fraction,
+        poll_interval=w.poll_interval,
+        max_poll_interval=w.max_poll_interval,
+        max_attempts=w.max_attempts,
+        retry_base=w.retry_base,
+        retry_cap=w.retry_cap,
+        seed=scenario.seed,
+    )
+
+
+def run_campaign(
+    scenario: Scenario,
+    *,
+    backend_name: str,
+    backend: Backend,
+    server: Server,
+    outdir: Path,
+    progress: ProgressFn | None = None,
+    command: str | None = None,
+) -> CampaignResult:
+    """Run ``scenario`` against ``server``; write the report to ``outdir``; the result."""
+    from rdq_compliance.chaos import report  # the report needs the result type: import late
+
+    outdir = Path(outdir)
+    history_dir = outdir / "history"
+    history_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    counters = Counters()
+    plan = plan_faults(scenario, server.faults, f"the {backend_name} server ({server.origin})")
+    counters.notes.extend(plan.skipped)
+    result = CampaignResult(
+        scenario=scenario,
+        seed=scenario.seed,
+        backend=backend_name,
+        server_origin=server.origin,
+        outdir=outdir,
+        plan=plan,
+        counters=counters,
+        started_at=time.time(),
+    )
+    journal = LockedJournal(Journal(history_dir / f"{HARNESS}.jsonl", HARNESS))
+    namespace = server.create_namespace()
+    spec = StorageSpec(backend_name, server.dsn, namespace)
+    storage = backend.open_spec(spec)
+    queue = scenario.workload.queue
+    tasks = make_tasks(scenario)
+    last_stats = [QueueStats(pending=len(tasks))]
+    last_poll = [0.0]
+
+    def report_progress(phase: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if progress is None or (not force and now - last_poll[0] < 0.25):
+            return
+        last_poll[0] = now
+        with contextlib.suppress(Exception):
+            last_stats[0] = storage.stats(queue)
+        progress(Progress(phase, now - t0, len(tasks), last_stats[0], counters))
+
+    fleet = Fleet(
+        worker_template(scenario, spec),
+        scenario.workers.count,
+        history_dir=history_dir,
+        control_dir=outdir / "control",
+        log_dir=outdir / "logs",
+    )
+    try:
+        report_progress("enqueue", force=True)
+        enqueue_all(storage, tasks, journal)
+        fleet.start()
+        nemesis = Nemesis(plan, scenario, fleet, server, storage, namespace, journal, counters)
+        nemesis.start()
+        stop_at = t0 + scenario.limits.deadline
+        if not nemesis.run(stop_at, on_tick=lambda: report_progress("faults")):
+            counters.notes.append(
+                f"the deadline ({scenario.limits.deadline:.0f}s) passed before every fault "
+                "was applied"
+            )
+        result.fault_phase = time.monotonic() - t0
+        nemesis.stop_faults()
+        drain_end = min(
+            time.monotonic() + scenario.limits.drain_timeout, max(stop_at, time.monotonic() + 5.0)
+        )
+        d0 = time.monotonic()
+        result.drained = _drain(
+            storage, queue, nemesis, drain_end, lambda: report_progress("drain")
+        )
+        result.drain_time = time.monotonic() - d0
+        if not result.drained:
+            counters.notes.append(
+                f"the drain did not quiesce within {scenario.limits.drain_timeout:.0f}s: "
+                "tasks were still PENDING or IN_FLIGHT"
+            )
+    finally:
+        fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
+        result.workers_left = fleet.pids()
+    try:
+        report_progress("check", force=True)
+        readout = read_final(storage, queue, [t.id for t in tasks], drained=result.drained)
+        stats = storage.stats(queue)
+    finally:
+        storage.close()
+    journal.close()
+    events = read_history(history_dir.glob("*.jsonl"))
+    result.violations, result.checked, result.checker_error = run_checker(events, readout)
+    result.tasks = {
+        "enqueued": len(tasks),
+        "succeeded": stats.succeeded,
+        "dead": stats.dead,
+        "pending": stats.pending,
+        "in_flight": stats.in_flight,
+        "missing": len(readout.missing),
+    }
+    result.duration = time.monotonic() - t0
+    result.files = report.write_report(result, events, readout, command=command)
+    with contextlib.suppress(Exception):
+        server.drop_namespace(namespace)
+    if progress is not None:
+        progress(
+            Progress("done", result.duration, len(tasks), stats, counters, len(result.violations))
+        )
+    return result
+
+
+def _drain(
+    storage: Storage, queue: str, nemesis: Nemesis, end: float, tick: Callable[[], None]
+) -> bool:
+    """Let the workers finish: True once no task is PENDING or IN_FLIGHT."""
+    quiet_since: float | None = None
+    while time.monotonic() < end:
+        nemesis.supervise()
+        tick()
+        try:
+            stats = storage.stats(queue)
+        except Exception:
+            stats = None
+        if stats is not None and stats.pending == 0 and stats.in_flight == 0:
+            # Two looks a little apart: a report in flight cannot revive a terminal task,
+            # but be sure no worker is mid-claim of something we have not seen.
+            if quiet_since is not None and time.monotonic() - quiet_since >= 0.2:
+                return True
+            quiet_since = quiet_since or time.monotonic()
+        else:
+            quiet_since = None
+        time.sleep(0.05)
+    return False
+
+
+# ---- provisioning -------------------------------------------------------------------------
+
+
+def provision_and_run(
+    scenario: Scenario,
+    *,
+    backend_name: str,
+    outdir: Path,
+    dsn: str | None = None,
+    options: Mapping[str, str] | None = None,
+    allow_docker: bool = True,
+    progress: ProgressFn | None = None,
+    on_server: Callable[[Server], None] | None = None,
+    command: str | None = None,
+) -> CampaignResult:
+    """Provision ``backend_name``'s server via the ladder, run, and close the server.
+
+    Raises ``registry.UnknownBackend`` / ``ProvisionUnavailable`` / ``BackendUnavailable``
+    when there is no server to run against.
+    """
+    backend = registry.load_backend(backend_name)
+    workdir = Path(tempfile.mkdtemp(prefix=f"rdq-chaos-{backend.name}-"))
+    try:
+        server = backend.provision(
+            ProvisionRequest(
+                workdir=workdir, dsn=dsn, options=dict(options or {}), allow_docker=allow_docker
+            )
+        )
+        try:
+            if on_server is not None:
+                on_server(server)
+            return run_campaign(
+                scenario,
+                backend_name=backend_name,
+                backend=backend,
+                server=server,
+                outdir=outdir,
+                progress=progress,
+                command=command,
+            )
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def replay_command(scenario: Scenario, backend: str, seed: int, dsn: str | None = None) -> str:
+    """The shell command that replays a run (same scenario file, backend and seed)."""
+    source = str(scenario.source) if scenario.source is not None else f"{scenario.name}.toml"
+    parts = ["rdq-chaos", "run", source, "--backend", backend, "--seed", str(seed)]
+    if dsn:
+        parts += ["--dsn", dsn]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+__all__ = [
+    "CampaignResult",
+    "FinalReadout",
+    "Progress",
+    "make_tasks",
+    "provision_and_run",
+    "replay_command",
+    "run_campaign",
+]

@@ -1,0 +1,542 @@
+"""Chaos scenarios: a declarative TOML file → a validated :class:`Scenario`.
+
+A scenario says how many worker processes run, with which lease and retry settings,
+which tasks are enqueued (a weighted mix of handler behaviours), which faults are
+injected during the fault window, and the time limits. Every key is checked: an unknown
+key, a wrong type or an out-of-range value is a :class:`ScenarioError` that names the
+key (``workers.lease``) and says what is accepted. Durations are seconds (a number) or a
+string with a unit: ``"500ms"``, ``"1.5s"``, ``"2m"``.
+
+Example (``chaos/standard.toml`` is the full one)::
+
+    name = "smoke"
+    seed = 7
+    duration = "10s"             # the fault window
+
+    [workers]
+    count = 4
+    lease = "1s"
+
+    [workload]
+    tasks = 200
+
+    [workload.handlers]
+    ok = { weight = 90, duration = ["10ms", "50ms"] }
+    permanent = { weight = 10 }
+
+    [faults.sigkill]
+    in_handler = 2
+
+    [faults.pause]
+    count = 1
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from rdq_core.validation import NAME_RE
+
+#: The moments at which a worker can be SIGKILLed. ``random`` is a SIGKILL from the
+#: harness at an arbitrary moment; the others are self-kills of the worker at the next
+#: occurrence of that point (see :mod:`rdq_compliance.chaos.worker_main`).
+KILL_POINTS: tuple[str, ...] = (
+    "after_claim",
+    "in_handler",
+    "before_report",
+    "after_report",
+    "random",
+)
+#: Handler behaviours a task can have (the workload's mix).
+HANDLER_KINDS: tuple[str, ...] = ("ok", "flaky", "permanent", "overrun")
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing, malformed, or holds a bad value (the key is named)."""
+
+
+# ---- the model ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The worker fleet: processes and the settings of each process's worker loop."""
+
+    count: int = 8
+    concurrency: int = 2
+    batch: int = 2
+    lease: float = 1.5
+    heartbeat_fraction: float = 1 / 3
+    max_attempts: int = 4
+    poll_interval: float = 0.05
+    max_poll_interval: float = 0.5
+    retry_base: float = 0.1
+    retry_cap: float = 1.0
+
+
+@dataclass(frozen=True)
+class HandlerMix:
+    """One behaviour of the mix and its weight.
+
+    - ``ok``: works for a duration drawn from ``duration`` (seconds, a range), succeeds;
+    - ``flaky``: fails with a retryable error ``failures`` times (a range), then works
+      like ``ok``;
+    - ``permanent``: works briefly, then fails with a permanent error (→ DLQ);
+    - ``overrun``: its first ``times`` attempts run for ``lease * factor`` while the
+      worker's heartbeats for it are dropped (a blocked loop): the lease expires under it,
+      the task is reclaimed with LEASE_EXPIRED, and the zombie's late outcome must be
+      refused; later attempts work like ``ok``.
+
+    An entry of ``[workload.handlers]`` is named after its behaviour (``ok = {...}``) or
+    names it (``slow = { kind = "ok", duration = ["0.8s", "1.4s"], weight = 5 }``), so a
+    mix may hold several entries of one behaviour.
+    """
+
+    kind: str
+    weight: float
+    duration: tuple[float, float] = (0.02, 0.2)
+    #: The entry's name in the scenario (the kind, unless the entry says ``kind = ...``).
+    name: str = ""
+    failures: tuple[int, int] = (1, 2)
+    factor: float = 1.8
+    times: int = 1
+
+
+@dataclass(frozen=True)
+class Workload:
+    tasks: int = 2000
+    queue: str = "chaos"
+    #: Seconds over which the tasks' due times are spread (``None``: the fault window).
+    spread: float | None = None
+    handlers: tuple[HandlerMix, ...] = (HandlerMix("ok", 1.0, name="ok"),)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What the nemesis injects during the fault window."""
+
+    sigkill: Mapping[str, int] = field(default_factory=dict)
+    pauses: int = 0
+    #: A pause lasts ``lease * factor`` with factor drawn from this range (> 1: past the lease).
+    pause_factor: tuple[float, float] = (2.0, 3.0)
+    server_restarts: int = 0
+    #: Seconds the server stays down before it is restarted.
+    server_down: float = 1.0
+    connection_cuts: int = 0
+    #: Seconds between redrives of the DLQ (``None``: no redrive).
+    redrive_interval: float | None = None
+    #: No fault before this many seconds into the window (workers start up).
+    warmup: float = 1.0
+
+    @property
+    def kills(self) -> int:
+        return sum(self.sigkill.values())
+
+
+@dataclass(frozen=True)
+class Limits:
+    #: Wall-clock budget of the fault phase and the drain together (seconds).
+    deadline: float = 170.0
+    #: How long the drain may take (seconds) before the run is declared not quiesced.
+    drain_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    seed: int
+    #: The fault window (seconds): faults are scheduled within it.
+    duration: float
+    workers: WorkerSettings = field(default_factory=WorkerSettings)
+    workload: Workload = field(default_factory=Workload)
+    faults: Faults = field(default_factory=Faults)
+    limits: Limits = field(default_factory=Limits)
+    source: Path | None = None
+
+    def with_seed(self, seed: int) -> Scenario:
+        return replace(self, seed=check_seed(seed, "seed"))
+
+    @property
+    def spread(self) -> float:
+        return self.duration if self.workload.spread is None else self.workload.spread
+
+
+# ---- parsing helpers ----------------------------------------------------------------------
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION_RE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|min|m|h)\s*")
+DURATION_HELP = 'a number of seconds or a string like "500ms", "1.5s", "2m"'
+
+
+class _Table:
+    """A TOML table being read: every key taken is remembered; leftovers are errors."""
+
+    def __init__(self, data: object, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ScenarioError(f"{where or 'the file'}: expected a table, got {_show(data)}")
+        self.data: dict[str, Any] = data
+        self.where = where
+        self.taken: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self.taken.add(name)
+        return self.data.get(name, default)
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def table(self, name: str) -> _Table:
+        self.taken.add(name)
+        return _Table(self.data.get(name, {}), self.key(name))
+
+    def done(self, accepted: tuple[str, ...] | None = None) -> None:
+        unknown = sorted(set(self.data) - self.taken)
+        if unknown:
+            names = accepted or tuple(sorted(self.taken))
+            raise ScenarioError(
+                f"unknown key{'s' if len(unknown) > 1 else ''} "
+                + ", ".join(repr(self.key(k)) for k in unknown)
+                + f"; accepted here: {', '.join(names)}"
+            )
+
+
+def _show(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def check_seed(value: object, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ScenarioError(f"{key}: expected an integer in [0, 2**63), got {_show(value)}")
+    return value
+
+
+def _int(t: _Table, name: str, default: int, *, low: int, high: int | None = None) -> int:
+    value = t.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"{t.key(name)}: expected an integer, got {_show(value)}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ScenarioError(f"{t.key(name)}: expected an integer {bound}, got {value}")
+    return value
+
+
+def _number(
+    t: _Table,
+    name: str,
+    default: float,
+    *,
+    low: float,
+    high: float | None = None,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> float:
+    value = t.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(f"{t.key(name)}: expected a number, got {_show(value)}")
+    value = float(value)
+    bad = value < low or (open_low and value == low)
+    if high is not None:
+        bad = bad or value > high or (open_high and value == high)
+    if bad:
+        lo = "(" if open_low else "["
+        hi = ")" if open_high else "]"
+        span = f"{lo}{low}, {high}{hi}" if high is not None else f"{lo}{low}, ∞)"
+        raise ScenarioError(f"{t.key(name)}: expected a number in {span}, got {value}")
+    return value
+
+
+def parse_duration(value: object, key: str) -> float:
+    """Seconds from a number or a ``"1.5s"``-style string; > 0."""
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _DURATION_RE.fullmatch(value)
+        if m:
+            seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds is None or not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise ScenarioError(
+            f"{key}: expected a positive duration ({DURATION_HELP}), got {_show(value)}"
+        )
+    return seconds
+
+
+def _duration(t: _Table, name: str, default: float | None) -> float | None:
+    value = t.get(name, None)
+    if value is None:
+        return default
+    return parse_duration(value, t.key(name))
+
+
+def _duration_range(t: _Table, name: str, default: tuple[float, float]) -> tuple[float, float]:
+    value = t.get(name, None)
+    if value is None:
+        return default
+    if not isinstance(value, list):
+        one = parse_duration(value, t.key(name))
+        return (one, one)
+    if len(value) != 2:
+        raise ScenarioError(
+            f"{t.key(name)}: expected [min, max] (two durations), got {_show(value)}"
+        )
+    lo = parse_duration(value[0], f"{t.key(name)}[0]")
+    hi = parse_duration(value[1], f"{t.key(name)}[1]")
+    if lo > hi:
+        raise ScenarioError(f"{t.key(name)}: min {lo}s is greater than max {hi}s")
+    return (lo, hi)
+
+
+def _number_range(
+    t: _Table, name: str, default: tuple[float, float], *, low: float, integer: bool = False
+) -> tuple[float, float]:
+    value = t.get(name, None)
+    if value is None:
+        return default
+    items = value if isinstance(value, list) else [value, value]
+    what = "integers" if integer else "numbers"
+    ok_type = (int,) if integer else (int, float)
+    if (
+        len(items) != 2
+        or any(isinstance(x, bool) or not isinstance(x, ok_type) for x in items)
+        or items[0] > items[1]
+        or items[0] < low
+    ):
+        raise ScenarioError(
+            f"{t.key(name)}: expected one of {what} or [min, max] of {what}, "
+            f">= {low}, min <= max; got {_show(value)}"
+        )
+    return (items[0], items[1])
+
+
+# ---- sections -----------------------------------------------------------------------------
+
+
+def _workers(t: _Table) -> WorkerSettings:
+    d = WorkerSettings()
+    lease = _duration(t, "lease", d.lease)
+    assert lease is not None
+    poll = _duration(t, "poll_interval", d.poll_interval)
+    max_poll = _duration(t, "max_poll_interval", d.max_poll_interval)
+    base = _duration(t, "retry_base", d.retry_base)
+    cap = _duration(t, "retry_cap", d.retry_cap)
+    assert poll is not None and max_poll is not None and base is not None and cap is not None
+    if max_poll < poll:
+        raise ScenarioError(
+            f"{t.key('max_poll_interval')}: must be >= poll_interval ({poll}s), got {max_poll}s"
+        )
+    if cap < base:
+        raise ScenarioError(f"{t.key('retry_cap')}: must be >= retry_base ({base}s), got {cap}s")
+    out = WorkerSettings(
+        count=_int(t, "count", d.count, low=1, high=256),
+        concurrency=_int(t, "concurrency", d.concurrency, low=1, high=64),
+        batch=_int(t, "batch", d.batch, low=1, high=1000),
+        lease=lease,
+        heartbeat_fraction=_number(
+            t,
+            "heartbeat_fraction",
+            d.heartbeat_fraction,
+            low=0,
+            high=1,
+            open_low=True,
+            open_high=True,
+        ),
+        max_attempts=_int(t, "max_attempts", d.max_attempts, low=1, high=1000),
+        poll_interval=poll,
+        max_poll_interval=max_poll,
+        retry_base=base,
+        retry_cap=cap,
+    )
+    t.done()
+    return out
+
+
+_HANDLER_KEYS: dict[str, tuple[str, ...]] = {
+    "ok": ("kind", "weight", "duration"),
+    "flaky": ("kind", "weight", "duration", "failures"),
+    "permanent": ("kind", "weight", "duration"),
+    "overrun": ("kind", "weight", "factor", "times"),
+}
+
+
+def _handler(t: _Table, name: str) -> HandlerMix:
+    kind = t.get("kind", name)
+    if kind not in HANDLER_KINDS:
+        what = f"{t.key('kind')}" if t.has("kind") else f"{t.where} (no 'kind' key)"
+        raise ScenarioError(
+            f"{what}: the behaviour must be one of {', '.join(HANDLER_KINDS)}, got {kind!r}; "
+            'name an entry after its behaviour, or give it kind = "..."'
+        )
+    d = HandlerMix(kind, 1.0)
+    weight = _number(t, "weight", 1.0, low=0)
+    default_duration = (0.005, 0.02) if kind == "permanent" else d.duration
+    mix = HandlerMix(
+        kind=kind,
+        name=name,
+        weight=weight,
+        duration=_duration_range(t, "duration", default_duration)
+        if "duration" in _HANDLER_KEYS[kind]
+        else d.duration,
+        failures=tuple(
+            int(x) for x in _number_range(t, "failures", d.failures, low=1, integer=True)
+        )  # type: ignore[arg-type]
+        if kind == "flaky"
+        else d.failures,
+        factor=_number(t, "factor", d.factor, low=1, open_low=True)
+        if kind == "overrun"
+        else d.factor,
+        times=_int(t, "times", d.times, low=1) if kind == "overrun" else d.times,
+    )
+    t.done(_HANDLER_KEYS[kind])
+    return mix
+
+
+def _workload(t: _Table) -> Workload:
+    d = Workload()
+    queue = t.get("queue", d.queue)
+    if not isinstance(queue, str) or not NAME_RE.fullmatch(queue):
+        raise ScenarioError(
+            f"{t.key('queue')}: expected a queue name matching [a-z0-9._-]{{1,240}}, "
+            f"got {_show(queue)}"
+        )
+    tasks = _int(t, "tasks", d.tasks, low=1, high=10_000_000)
+    spread = _duration(t, "spread", None) if t.has("spread") else None
+    t.taken.add("spread")
+    handlers: list[HandlerMix] = []
+    if t.has("handlers"):
+        ht = t.table("handlers")
+        for name in list(ht.data):
+            handlers.append(_handler(ht.table(name), name))
+        ht.done()
+        if not handlers or sum(h.weight for h in handlers) <= 0:
+            raise ScenarioError(
+                f"{ht.where}: give at least one of {', '.join(HANDLER_KINDS)} with a weight > 0"
+            )
+    else:
+        handlers = list(d.handlers)
+    t.done()
+    return Workload(tasks=tasks, queue=queue, spread=spread, handlers=tuple(handlers))
+
+
+def _faults(t: _Table) -> Faults:
+    d = Faults()
+    sigkill: dict[str, int] = {}
+    if t.has("sigkill"):
+        kt = t.table("sigkill")
+        for point in KILL_POINTS:
+            if kt.has(point):
+                sigkill[point] = _int(kt, point, 0, low=0, high=100_000)
+        kt.done(KILL_POINTS)
+    pt = t.table("pause")
+    pauses = _int(pt, "count", 0, low=0, high=100_000)
+    factor = _number_range(pt, "factor", d.pause_factor, low=1.0)
+    if factor[0] <= 1.0:
+        raise ScenarioError(
+            f"{pt.key('factor')}: a pause must outlast the lease: factor(s) > 1, got {factor}"
+        )
+    pt.done(("count", "factor"))
+    st = t.table("server_restart")
+    restarts = _int(st, "count", 0, low=0, high=1000)
+    down = _duration(st, "down", d.server_down)
+    st.done(("count", "down"))
+    ct = t.table("cut_connections")
+    cuts = _int(ct, "count", 0, low=0, high=100_000)
+    ct.done(("count",))
+    redrive = _duration(t, "redrive_interval", None)
+    warmup = _number(t, "warmup", d.warmup, low=0)
+    t.done(("sigkill", "pause", "server_restart", "cut_connections", "redrive_interval", "warmup"))
+    assert down is not None
+    return Faults(
+        sigkill=sigkill,
+        pauses=pauses,
+        pause_factor=(float(factor[0]), float(factor[1])),
+        server_restarts=restarts,
+        server_down=down,
+        connection_cuts=cuts,
+        redrive_interval=redrive,
+        warmup=warmup,
+    )
+
+
+def _limits(t: _Table) -> Limits:
+    d = Limits()
+    deadline = _duration(t, "deadline", d.deadline)
+    drain = _duration(t, "drain_timeout", d.drain_timeout)
+    t.done(("deadline", "drain_timeout"))
+    assert deadline is not None and drain is not None
+    return Limits(deadline=deadline, drain_timeout=drain)
+
+
+_TOP_KEYS = ("name", "seed", "duration", "workers", "workload", "faults", "limits")
+
+
+def scenario_from_dict(
+    data: Mapping[str, Any], *, source: Path | None = None, default_name: str = "scenario"
+) -> Scenario:
+    """Validate a parsed scenario (e.g. a TOML document); raises :class:`ScenarioError`."""
+    top = _Table(dict(data), "")
+    name = top.get("name", default_name)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
+        raise ScenarioError(
+            f"name: expected 1-100 characters from [A-Za-z0-9._-], got {_show(name)}"
+        )
+    seed = check_seed(top.get("seed", 0), "seed")
+    duration = _duration(top, "duration", None)
+    if duration is None:
+        raise ScenarioError(f"duration: required: the fault window ({DURATION_HELP})")
+    workers = _workers(top.table("workers"))
+    workload = _workload(top.table("workload"))
+    faults = _faults(top.table("faults"))
+    limits = _limits(top.table("limits"))
+    top.done(_TOP_KEYS)
+    if faults.warmup >= duration and (
+        faults.kills or faults.pauses or faults.server_restarts or faults.connection_cuts
+    ):
+        raise ScenarioError(
+            f"faults.warmup ({faults.warmup}s) must be shorter than duration ({duration}s)"
+        )
+    if limits.deadline <= duration:
+        raise ScenarioError(
+            f"limits.deadline ({limits.deadline}s) must be longer than duration ({duration}s): "
+            "it bounds the fault window and the drain together"
+        )
+    return Scenario(
+        name=name,
+        seed=seed,
+        duration=duration,
+        workers=workers,
+        workload=workload,
+        faults=faults,
+        limits=limits,
+        source=source,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; every problem is a :class:`ScenarioError`."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return scenario_from_dict(data, source=path.resolve(), default_name=path.stem)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
