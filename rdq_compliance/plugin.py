@@ -133,7 +133,10 @@ def pytest_collection_modifyitems(
     if any(suite in Path(str(item.path)).resolve().parents for item in items):
         return
     for path in sorted(suite.glob("test_*.py")):
-        module = pytest.Module.from_parent(session, path=path)
+        # An explicit node id: the files live outside the user's rootdir, where pytest
+        # would otherwise derive an empty, ambiguous one.
+        nodeid = f"rdq_compliance/suite/{path.name}"
+        module = pytest.Module.from_parent(session, path=path, nodeid=nodeid)
         items.extend(session.genitems(module))
 
 

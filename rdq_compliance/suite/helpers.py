@@ -60,8 +60,12 @@ def enqueue(storage: Storage, queue: str = "q", **kwargs: object) -> str:
 def claim_one(storage: Storage, queue: str = "q", lease: timedelta = LONG_LEASE) -> Claim:
     """Claim exactly one task; fails the test if the claim returns anything else."""
     claims = storage.claim_due(queue, 1, lease)
+    if not claims:
+        raise AssertionError(
+            message("no-loss", f"a due task of {queue!r} could not be claimed (gone or stuck)")
+        )
     assert len(claims) == 1, message(
-        "reclaim-expired", f"expected one claimable task in {queue!r}, got {len(claims)}"
+        "claim-limit", f"claim_due({queue!r}, limit=1) returned {len(claims)} tasks"
     )
     return claims[0]
 
