@@ -26,6 +26,20 @@ RULES: dict[str, str] = {
     "round-trip": "payload bytes and headers come back exactly as enqueued (SPEC §1)",
     "bad-input": "bad input raises the documented error and writes nothing (SPEC §4)",
     "storage-clock": "due-ness and leases follow the storage's clock (SPEC §2)",
+    "claim-complete": "a claim takes every due task up to its limit, leaving none behind (SPEC §2)",
+    "model-equivalence": (
+        "after every step the backend's observable state equals the reference store's "
+        "(stateful machine)"
+    ),
+    "lease-expired-recorded": (
+        "a claim that ended without an outcome leaves a LEASE_EXPIRED attempt, and only "
+        "such a claim (SPEC §2-3)"
+    ),
+    "execution-count": "no task runs more often than its history records attempts (SPEC §3)",
+    "dlq-complete": "the DLQ lists exactly the DEAD tasks, once each, with their whole history",
+    "outcome-recorded": "an acknowledged outcome is in the task's history, at its claim (SPEC §2)",
+    "drain-complete": "after the drain every enqueued task is SUCCEEDED or DEAD (SPEC §3)",
+    "drain-timeout": "the run drains: no task still PENDING/IN_FLIGHT at the drain deadline (§3)",
 }
 
 
