@@ -72,6 +72,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="a backend-specific setting (repeatable)",
     )
     group.addoption(
+        "--rdq-chaos-scenario",
+        default="standard",
+        metavar="FILE|NAME",
+        help="the chaos scenario the chaos suite runs (default: the built-in 'standard')",
+    )
+    group.addoption(
+        "--rdq-chaos-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay a chaos run with this seed",
+    )
+    group.addoption(
         "--rdq-no-suite",
         action="store_true",
         default=False,

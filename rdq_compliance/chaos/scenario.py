@@ -524,14 +524,28 @@ def scenario_from_dict(
     )
 
 
+#: The scenarios shipped with the kit (``chaos/`` in the repository links to them).
+BUILTIN_DIR = Path(__file__).parent / "scenarios"
+
+
+def builtin_scenarios() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; every problem is a :class:`ScenarioError`."""
+    """Read and validate a scenario file, or a built-in one by name (``"standard"``);
+    every problem is a :class:`ScenarioError`."""
     path = Path(path)
+    if not path.exists() and path.suffix == "" and (BUILTIN_DIR / f"{path}.toml").is_file():
+        path = BUILTIN_DIR / f"{path}.toml"
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
+        raise ScenarioError(
+            f"{path}: no such scenario file (built-in scenarios: "
+            f"{', '.join(builtin_scenarios())})"
+        ) from None
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
