@@ -38,6 +38,7 @@ epoch, read from the storage's clock, never the worker's):
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -83,21 +84,99 @@ class Journal:
             self._fd = -1
 
 
-def read_journal(path: Path) -> Iterator[Event]:
-    """The events of one journal, in order; a torn (partial) last line is skipped."""
+#: Bytes of journal parsed at once (whole lines): one JSON array per chunk, so the
+#: decoder shares each key string across the chunk's events.
+CHUNK_BYTES = 1 << 20
+
+#: String values repeated across events (and, for ``task``/``token``, across journals),
+#: stored once per history: ``proc``, ``type`` and ``op`` come from a handful of names,
+#: and a task id or a claim token recurs in every event about it.
+_SHARED_VALUES = ("proc", "type", "op", "task", "token")
+
+
+def _share(events: list[Any], memo: dict[Any, Any]) -> None:
+    """Replace repeated values of ``events`` by one shared object each (in place)."""
+    shared = memo.setdefault
+    for ev in events:
+        if ev.__class__ is not dict:
+            continue
+        for key in _SHARED_VALUES:
+            value = ev.get(key)
+            if value.__class__ is str:
+                ev[key] = shared(value, value)
+        pid = ev.get("pid")
+        if pid.__class__ is int:
+            ev["pid"] = shared(pid, pid)
+        claims = ev.get("claims")
+        if claims.__class__ is list:
+            for entry in claims:
+                if entry.__class__ is dict:
+                    for key in ("task", "token"):
+                        value = entry.get(key)
+                        if value.__class__ is str:
+                            entry[key] = shared(value, value)
+
+
+def _loads_lines(lines: list[bytes]) -> tuple[list[Any], bool]:
+    """The events of whole ``lines``, up to the first that is not valid JSON; and
+    whether every line was."""
+    try:
+        events: list[Any] = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        pass
+    else:
+        if len(events) == len(lines):  # one value per line, as the journal writes them
+            return events, True
+    events = []
+    for raw in lines:  # find the bad line the slow way
+        try:
+            events.append(json.loads(raw))
+        except ValueError:
+            return events, False
+    return events, True
+
+
+def read_journal(path: Path, *, memo: dict[Any, Any] | None = None) -> Iterator[Event]:
+    """The events of one journal, in order; a torn (partial) last line is skipped, and
+    so is everything from a line that is not valid JSON on.
+
+    Lean for large histories: keys are shared within each chunk of lines, and repeated
+    values (process names, types, ops, task ids, tokens, pids) are shared through
+    ``memo`` (pass one dict for several journals to share across them; the events are
+    the same plain dicts either way).
+    """
+    if memo is None:
+        memo = {}
     with open(path, "rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
+        while True:
+            lines = fh.readlines(CHUNK_BYTES)
+            if not lines:
                 return
-            try:
-                yield json.loads(raw)
-            except ValueError:
+            whole = lines[-1].endswith(b"\n")
+            if not whole:
+                lines.pop()
+            events, ok = _loads_lines(lines) if lines else ([], True)
+            _share(events, memo)
+            yield from events
+            if not (ok and whole):
                 return
 
 
 def read_history(paths: Iterable[Path]) -> list[Event]:
-    """All events of all journals (each journal's order kept, journals concatenated)."""
+    """All events of all journals (each journal's order kept, journals concatenated),
+    repeated strings shared across all of them (see :func:`read_journal`).
+
+    The cyclic garbage collector is paused while reading: events make no cycles, and
+    its rescans of a growing history of a million dicts would cost more than the read.
+    """
     events: list[Event] = []
-    for path in sorted(paths):
-        events.extend(read_journal(path))
+    memo: dict[Any, Any] = {}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for path in sorted(paths):
+            events.extend(read_journal(path, memo=memo))
+    finally:
+        if enabled:
+            gc.enable()
     return events

@@ -1,26 +1,331 @@
 """Multi-process backends with one deliberate bug, for the chaos harness's own tests.
 
-Named to the harness as ``_broken_chaos_backends:<attribute>`` (this folder must be
-importable, in the worker processes too: put it on ``PYTHONPATH``).
+Each is the SQLite backend (:class:`rdq_sqlite.storage.SqliteStorage`, safe across
+processes) with the narrowest piece overridden the way a real queue once got it wrong.
+Named to the harness as ``_broken_chaos_backends:<attribute>`` (``--rdq-backend=`` or
+``rdq-chaos run --backend``); this folder must be importable, in the worker processes
+too: put it on ``PYTHONPATH``. Given to :func:`~rdq_compliance.chaos.runner.run_campaign`
+as the ``backend`` object, with the same string as ``backend_name``.
 
-- ``dead_letter_deletes``: the SQLite backend whose ``dead_letter`` deletes the task
-  (SPEC §5.7, a task lost: deleted on failure, missing from the DLQ);
-- ``reschedule_completes``: the SQLite backend whose ``reschedule`` stores a SUCCESS
-  (the worker's report is recorded as something else).
+======================================  ===========  ====================================
+attribute                               SPEC §5      what breaks
+======================================  ===========  ====================================
+``check_then_act_claim``                1            two workers get one task
+``reclaim_ignores_lease``               2            a live lease is stolen
+``outcome_ignores_token``               3            a zombie's outcome overwrites
+``lease_expired_numbered_from_count``   4            reclaim after redrive wedges
+``reclaim_drops_task``                  7            a crashed worker's task vanishes
+``dead_letter_deletes``                 7            a dead-lettered task vanishes
+``extend_lease_ignores_token``          8            a zombie's heartbeat is accepted
+``reschedule_completes``                (none)       a retry is recorded as a success
+``split_claim_reference``               (none)       nothing: the reference claim, split
+======================================  ===========  ====================================
+
+The incidents named in the docstrings are the ones listed in the project notes ``PRIOR-ART.md``
+("How real queues broke"). ``test_chaos_finds_bugs.py`` shows the standard chaos suite
+fails the first six, naming the rule; ``test_chaos_campaign.py`` uses
+``dead_letter_deletes`` for the CLI's exit status. ``split_claim_reference`` (the claim
+restated as the hooks classes 1 and 2 override) passes the conformance suite.
+
+Note that the SQLite schema's CHECK constraints (IN_FLIGHT needs a token and
+``due_at = lease_expires_at``; a terminal task has no lease) refuse some cruder
+versions of these bugs outright; each variant here is one the schema lets through.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import sqlite3
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from rdq_sqlite.plugin import SqliteBackend, database_path
-from rdq_sqlite.storage import SqliteStorage
+from rdq_sqlite.storage import _LEASE_EXPIRED_MESSAGE, _TASK_COLUMNS, SqliteStorage, _json_list
 
-from rdq_core.model import ByIds, ErrorInfo, Outcome
+from rdq_core.errors import StaleClaim
+from rdq_core.model import (
+    LEASE_EXPIRED_ERROR,
+    ByIds,
+    Claim,
+    ErrorInfo,
+    Outcome,
+    Status,
+    micros_from_delta,
+    utc_from_micros,
+)
+from rdq_core.tokens import new_token
+
+# ---- the claim, split into hooks (for §5.1 and §5.2) ----------------------------------------
+
+
+class SplitClaim(SqliteStorage):
+    """The reference claim (``SqliteStorage._claim_due``) restated as two hooks: ``_due``
+    (which rows, in the claim's transaction) and ``_stamp`` (make them the caller's).
+    With no hook changed it *is* the reference claim (``split_claim_reference`` passes
+    the conformance suite and the chaos suite), so a failure of a variant below is its
+    one change."""
+
+    def _due(
+        self, conn: sqlite3.Connection, queue: str, now: int, limit: int
+    ) -> list[tuple[int, str, str, int | None]]:
+        """PENDING and due, or IN_FLIGHT with an expired lease (``due_at`` is
+        ``next_attempt_at`` while PENDING, ``lease_expires_at`` while IN_FLIGHT)."""
+        return conn.execute(
+            "SELECT seq, id, status, claimed_at FROM tasks"
+            " WHERE queue = ? AND due_at IS NOT NULL AND due_at <= ?"
+            " AND status IN ('PENDING', 'IN_FLIGHT')"
+            " ORDER BY due_at, seq LIMIT ?",
+            (queue, now, limit),
+        ).fetchall()
+
+    def _stamp(
+        self,
+        conn: sqlite3.Connection,
+        now: int,
+        due: list[tuple[int, str, str, int | None]],
+        lease_us: int,
+    ) -> list[Claim]:
+        """Claim the rows of ``due`` (as read): a LEASE_EXPIRED attempt for each one that
+        was IN_FLIGHT, then IN_FLIGHT with a fresh token and lease."""
+        if not due:
+            return []
+        expires = now + lease_us
+        tokens: dict[str, tuple[str, bool]] = {}
+        for seq, task_id, status, claimed_at in due:
+            reclaimed = status == Status.IN_FLIGHT.value
+            if reclaimed:
+                self._append_attempt(
+                    conn,
+                    task_id,
+                    int(claimed_at or 0),
+                    now,
+                    Outcome.LEASE_EXPIRED,
+                    ErrorInfo(LEASE_EXPIRED_ERROR, _LEASE_EXPIRED_MESSAGE),
+                )
+            token = new_token()
+            tokens[task_id] = (token, reclaimed)
+            conn.execute(
+                "UPDATE tasks SET status = 'IN_FLIGHT', token = ?, claimed_at = ?,"
+                " lease_expires_at = ?, due_at = ?, next_attempt_at = NULL,"
+                " attempt_count = attempt_count + ?,"
+                " last_error_type = CASE WHEN ? THEN ? ELSE last_error_type END"
+                " WHERE seq = ?",
+                (
+                    token,
+                    now,
+                    expires,
+                    expires,
+                    int(reclaimed),
+                    int(reclaimed),
+                    LEASE_EXPIRED_ERROR,
+                    seq,
+                ),
+            )
+        rows = conn.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE seq IN (SELECT value FROM json_each(?))",
+            (_json_list(r[0] for r in due),),
+        ).fetchall()
+        by_id = {t.id: t for t in self._tasks(conn, rows)}
+        at, end = utc_from_micros(now), utc_from_micros(expires)
+        return [Claim(by_id[i], tokens[i][0], at, end, tokens[i][1]) for _s, i, _st, _c in due]
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        lease_us = micros_from_delta(lease)
+        return self._write(
+            "claim_due",
+            lambda conn, now: self._stamp(conn, now, self._due(conn, queue, now, limit), lease_us),
+        )
+
+
+# ---- §5.1 claim without a row lock --------------------------------------------------------
+
+
+class CheckThenActClaim(SplitClaim):
+    """SPEC §5.1 — check-then-act claim: two workers get one task.
+
+    The due rows are read in one (read-only) transaction and stamped IN_FLIGHT in a
+    second one, ``UPDATE ... WHERE seq = ?`` with no re-check of status or due-ness:
+    two workers that read between each other's read and write both walk away with the
+    task, each with its own token, and both run it. No artificial delay is needed: the
+    wait for the write lock between the two is window enough. ``gap`` (seconds, default
+    0) adds a round trip between the statements, to widen it.
+
+    Incident: PRIOR-ART.md's "claim returns more than LIMIT" family (Oban #4, #652;
+    odd-jobs #115; postmangovsg PR #276), where the rows the claim read are not the
+    rows it locked and wrote.
+    """
+
+    def __init__(self, path: str | Path, *, gap: float = 0.0, **kwargs: Any) -> None:
+        self.gap = gap
+        super().__init__(path, **kwargs)
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        due = self._read(  # SELECT ... (no FOR UPDATE: no write lock held)
+            "claim_due", lambda conn: self._due(conn, queue, self._read_now(conn), limit)
+        )
+        if not due:
+            return []
+        time.sleep(self.gap)
+        lease_us = micros_from_delta(lease)
+        # UPDATE ... WHERE seq = ?: what was read is trusted, nothing is re-checked
+        return self._write("claim_due", lambda conn, now: self._stamp(conn, now, due, lease_us))
+
+
+# ---- §5.2 reclaim ignoring lease_expires_at -----------------------------------------------
+
+
+class ReclaimIgnoresLease(SplitClaim):
+    """SPEC §5.2 — reclaim ignoring ``lease_expires_at``: a live lease is stolen.
+
+    The claim's due scan takes an IN_FLIGHT task once it was claimed more than
+    ``grace`` seconds ago ("stalled"), judging it by its age instead of by its lease,
+    which heartbeats keep extending: it reclaims tasks from workers that are alive and
+    still running them. ``grace`` (default 0.5 s, a third of the standard scenario's
+    lease) spares the short tasks, so the run is not pure chaos.
+
+    Incident: PRIOR-ART.md's "job re-picked while still running" (pgqueuer #430,
+    PR #431; bullmq #3183) and "reclaim retries a job that is alive" (procrastinate
+    #1297).
+    """
+
+    def __init__(self, path: str | Path, *, grace: float = 0.5, **kwargs: Any) -> None:
+        self.grace_us = round(grace * 1_000_000)
+        super().__init__(path, **kwargs)
+
+    def _due(
+        self, conn: sqlite3.Connection, queue: str, now: int, limit: int
+    ) -> list[tuple[int, str, str, int | None]]:
+        return conn.execute(
+            "SELECT seq, id, status, claimed_at FROM tasks"
+            " WHERE queue = ? AND due_at IS NOT NULL"
+            " AND ((status = 'PENDING' AND due_at <= ?)"
+            "   OR (status = 'IN_FLIGHT' AND claimed_at <= ?))"  # the lease is never read
+            " ORDER BY due_at, seq LIMIT ?",
+            (queue, now, now - self.grace_us, limit),
+        ).fetchall()
+
+
+# ---- §5.3 outcome without token check -----------------------------------------------------
+
+
+class OutcomeIgnoresToken(SqliteStorage):
+    """SPEC §5.3 — complete/reschedule/dead_letter accepted with any token.
+
+    The outcome's fence is ``WHERE id = ?`` with no ``AND token = ?`` (nor status): a
+    worker paused or blocked past its lease wakes up, reports, and overwrites the
+    result of the worker that reclaimed its task (the attempt is recorded from the
+    row's current ``claimed_at``, or now if the task is no longer claimed).
+    Heartbeats stay fenced (§5.8 is its own variant).
+
+    Incident: PRIOR-ART.md's "stale owner completes after losing its lease" (bull
+    #308, #1243; bullmq #1497) and "completion racing reclaim, two terminal
+    transitions" (solid_queue #589).
+    """
+
+    def _finish(
+        self,
+        action: str,
+        task_id: str,
+        token: str,
+        outcome: Outcome,
+        error: ErrorInfo | None,
+        assignments: Any,
+    ) -> None:
+        def run(conn: sqlite3.Connection, now: int) -> None:
+            row = conn.execute("SELECT claimed_at FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            if row is None:
+                raise StaleClaim(f"task {task_id!r}: no such task")
+            started = now if row[0] is None else int(row[0])
+            sets, params = assignments(now)
+            conn.execute(
+                "UPDATE tasks SET attempt_count = attempt_count + 1, token = NULL,"
+                " claimed_at = NULL, lease_expires_at = NULL, last_error_type = ?, "
+                + sets
+                + " WHERE id = ?",  # no token check
+                (None if error is None else error.type, *params, task_id),
+            )
+            self._append_attempt(conn, task_id, started, now, outcome, error)
+
+        self._write(action, run)
+
+
+# ---- §5.4 LEASE_EXPIRED numbered from attempt_count ---------------------------------------
+
+
+class LeaseExpiredNumberedFromCount(SqliteStorage):
+    """SPEC §5.4 — the original incident: LEASE_EXPIRED numbered ``attempt_count + 1``.
+
+    Only the reclaim's LEASE_EXPIRED attempt is numbered from ``attempt_count`` (the
+    outcome attempts keep ``max(attempt_no) + 1``), with ``UNIQUE(task_id,
+    attempt_no)`` in force. Before any redrive the two agree. Redrive resets
+    ``attempt_count`` to 0: the next reclaim of a redriven task numbers its
+    LEASE_EXPIRED attempt 1, the constraint refuses it, the whole claim transaction
+    rolls back, and since that task heads the due order every later claim hits it
+    too: the task is wedged IN_FLIGHT and the queue behind it stops.
+
+    Incident: rdq's own (SPEC §5.4, "the original incident"; the Go kit's in-memory
+    store still has it), and PRIOR-ART.md's "unique violation on retry / reschedule"
+    (river PR #619; pg-boss #492) and "attempt counting wrong after release / snooze"
+    (pg-boss PR #759; river #961).
+    """
+
+    @staticmethod
+    def _append_attempt(
+        conn: sqlite3.Connection,
+        task_id: str,
+        started_us: int,
+        finished_us: int,
+        outcome: Outcome,
+        error: ErrorInfo | None,
+    ) -> None:
+        if outcome is not Outcome.LEASE_EXPIRED:
+            SqliteStorage._append_attempt(conn, task_id, started_us, finished_us, outcome, error)
+            return
+        conn.execute(  # called by the reclaim before it increments attempt_count
+            "INSERT INTO attempts (task_id, attempt_no, started_at, finished_at, outcome,"
+            " error_type, error_message, error_detail)"
+            " SELECT id, attempt_count + 1, ?, ?, ?, ?, ?, ? FROM tasks WHERE id = ?",
+            (
+                started_us,
+                finished_us,
+                outcome.value,
+                None if error is None else error.type,
+                None if error is None else error.message,
+                None if error is None else error.detail,
+                task_id,
+            ),
+        )
+
+
+# ---- §5.7 a task lost -----------------------------------------------------------------------
+
+
+class ReclaimDropsTask(SqliteStorage):
+    """SPEC §5.7 — a task lost: dropped on a crash.
+
+    Before each claim, a sweep "cleans up" the tasks whose worker died — IN_FLIGHT
+    with an expired lease — by deleting them (and their history) instead of
+    reclaiming them: every task a SIGKILLed or paused worker held is gone.
+
+    Incident: PRIOR-ART.md's "jobs lost or stuck forever after a crash"
+    (procrastinate #307; pgqueuer #475; graphile-worker #204, #449; solid_queue #542).
+    """
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        self._delete(
+            "claim_due",
+            "status = 'IN_FLIGHT' AND lease_expires_at <= ?",
+            queue,
+            [],
+            cutoff_from_now=0,
+        )
+        return super()._claim_due(queue, limit, lease)
 
 
 class DeadLetterDeletes(SqliteStorage):
+    """SPEC §5.7 — a task lost: deleted on failure, missing from the DLQ."""
+
     def _dead_letter(
         self, task_id: str, token: str, error: ErrorInfo | None, outcome: Outcome
     ) -> None:
@@ -28,21 +333,73 @@ class DeadLetterDeletes(SqliteStorage):
         self._purge(self._get(task_id).queue, ByIds([task_id]))
 
 
+# ---- §5.8 heartbeat without token check -----------------------------------------------------
+
+
+class ExtendLeaseIgnoresToken(SqliteStorage):
+    """SPEC §5.8 — a heartbeat extends a lease the worker no longer holds.
+
+    ``UPDATE tasks SET lease_expires_at = ?, due_at = ? WHERE id = ? AND status =
+    'IN_FLIGHT'``, with no ``AND token = ?`` and the row count never looked at: the
+    heartbeat thread of a worker paused past its lease wakes up and is told it still
+    holds the task — extending the lease of the worker that reclaimed it, or, if that
+    one already finished, acknowledging a heartbeat that changed nothing. Either way the
+    zombie is not told to stop. Outcomes stay fenced.
+
+    Incident: PRIOR-ART.md's "stale owner completes after losing its lease" (bull #308:
+    one lock token per queue, not per job, so any worker renews any job's lock; bull
+    #1243; bullmq #1497) and "job re-picked while still running" (pgqueuer #430).
+    """
+
+    def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        def run(conn: sqlite3.Connection, now: int) -> datetime:
+            expires = now + micros_from_delta(lease)
+            conn.execute(
+                "UPDATE tasks SET lease_expires_at = ?, due_at = ?"
+                " WHERE id = ? AND status = 'IN_FLIGHT'",
+                (expires, expires, task_id),
+            )
+            return utc_from_micros(expires)
+
+        return self._write("extend_lease", run)
+
+
+# ---- not a SPEC §5 class ----------------------------------------------------------------------
+
+
 class RescheduleCompletes(SqliteStorage):
+    """A retryable failure recorded as a SUCCESS (the worker's report recorded as
+    something else)."""
+
     def _reschedule(
         self, task_id: str, token: str, delay: timedelta, error: ErrorInfo | None
     ) -> None:
         self._complete(task_id, token)
 
 
+# ---- the backend objects ----------------------------------------------------------------------
+
+
 class _Backend(SqliteBackend):
-    def __init__(self, cls: type[SqliteStorage], name: str) -> None:
+    """The SQLite backend (same server, same provisioning) opening a broken storage."""
+
+    def __init__(self, cls: type[SqliteStorage], name: str, **options: Any) -> None:
         self.cls = cls
         self.name = name
+        self.options = options
 
     def open(self, dsn: str, namespace: str) -> SqliteStorage:
-        return self.cls(database_path(Path(dsn), namespace))
+        return self.cls(database_path(Path(dsn), namespace), **self.options)
 
 
+check_then_act_claim = _Backend(CheckThenActClaim, "check-then-act-claim")
+reclaim_ignores_lease = _Backend(ReclaimIgnoresLease, "reclaim-ignores-lease")
+outcome_ignores_token = _Backend(OutcomeIgnoresToken, "outcome-ignores-token")
+lease_expired_numbered_from_count = _Backend(
+    LeaseExpiredNumberedFromCount, "lease-expired-numbered-from-count"
+)
+reclaim_drops_task = _Backend(ReclaimDropsTask, "reclaim-drops-task")
 dead_letter_deletes = _Backend(DeadLetterDeletes, "dead-letter-deletes")
+extend_lease_ignores_token = _Backend(ExtendLeaseIgnoresToken, "extend-lease-ignores-token")
 reschedule_completes = _Backend(RescheduleCompletes, "reschedule-completes")
+split_claim_reference = _Backend(SplitClaim, "split-claim-reference")

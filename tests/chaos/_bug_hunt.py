@@ -1,0 +1,291 @@
+"""The SPEC §5 bug classes hunted by the standard chaos suite: the cases, one run, and how
+long each bug took to be found.
+
+Used by ``test_chaos_finds_bugs.py`` and by ``benchmarks/chaos_bugs.py``. A case is a
+broken multi-process backend of :mod:`_broken_chaos_backends` and the checker rules that
+must name it. :func:`hunt` provisions a private SQLite server, runs a scenario (the
+standard one, unchanged, by default) through
+:func:`~rdq_compliance.chaos.runner.run_campaign` and measures:
+
+- **found after**: seconds from the campaign's start (``result.started_at``) to the
+  moment the history first shows the bug, for the earliest violation of an expected
+  rule — the checker only judges after the drain, but this is when the evidence was
+  there. Per violation, that moment is (from the journals, whose times and the SQLite
+  storage clock are the same host clock):
+
+  - ``fencing``: the first acknowledged heartbeat or outcome of one of its tokens made
+    after a later claim of the task (the stale call that got through); else as below;
+  - ``drain-timeout``, ``drain-complete``: when the task left stuck became claimable
+    and was never claimed again — its final ``lease_expires_at`` if IN_FLIGHT, its
+    ``next_attempt_at`` if PENDING (``final-state.jsonl``);
+  - ``no-loss``: the lease end of the task's last claim (heartbeats included): from then
+    on it should have been reclaimed, and it was gone;
+  - when none of these is known: the end of the fault phase;
+  - any other rule: when the last of its claim tokens was handed out (the second of two
+    overlapping claims, the reclaim that stole a lease, ...);
+
+- **run time**: the whole campaign (enqueue, faults, drain, check, report), i.e. when
+  the verdict is known.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _broken_chaos_backends as broken
+
+from rdq_compliance import registry
+from rdq_compliance.chaos.events import OK, Event, read_history
+from rdq_compliance.chaos.runner import CampaignResult, run_campaign
+from rdq_compliance.chaos.scenario import Scenario, load_scenario
+from rdq_core.backend import ProvisionRequest
+
+HERE = Path(__file__).resolve().parent
+MODULE = broken.__name__
+
+#: Rules about a task left stuck: their moment is when it became claimable.
+_STUCK_RULES = frozenset({"drain-timeout", "drain-complete"})
+_REPORTS = frozenset({"heartbeat", "complete", "reschedule", "dead_letter"})
+
+
+@dataclass(frozen=True)
+class BugCase:
+    """One SPEC §5 class: its broken backend and the rules that must name it."""
+
+    spec_class: int
+    attr: str  # attribute of _broken_chaos_backends
+    rules: tuple[str, ...]  # the run must report at least one of these (first: the main one)
+    breaks: str
+
+    @property
+    def backend_name(self) -> str:
+        return f"{MODULE}:{self.attr}"
+
+
+CASES: tuple[BugCase, ...] = (
+    BugCase(1, "check_then_act_claim", ("one-claim",), "two workers get one task"),
+    BugCase(2, "reclaim_ignores_lease", ("lease-respected",), "a live lease is stolen"),
+    BugCase(3, "outcome_ignores_token", ("fencing",), "a zombie's outcome overwrites"),
+    BugCase(
+        4,
+        "lease_expired_numbered_from_count",
+        ("drain-timeout", "drain-complete"),
+        "reclaim after redrive hits UNIQUE(task_id, attempt_no): wedged",
+    ),
+    BugCase(7, "reclaim_drops_task", ("no-loss",), "a crashed worker's task vanishes"),
+    BugCase(8, "extend_lease_ignores_token", ("fencing",), "a zombie's heartbeat is accepted"),
+)
+
+
+def case(spec_class: int) -> BugCase:
+    return next(c for c in CASES if c.spec_class == spec_class)
+
+
+def pythonpath_with_here(current: str | None) -> str:
+    """``PYTHONPATH`` with this folder first, so worker processes import the broken backends."""
+    parts = [p for p in (current or "").split(os.pathsep) if p]
+    return os.pathsep.join([str(HERE), *(p for p in parts if p != str(HERE))])
+
+
+# ---- when the history first shows a violation --------------------------------------------------
+
+
+@dataclass
+class _Timeline:
+    """What the journals say about claims and acknowledged calls, with wall times."""
+
+    minted: dict[str, float] = field(default_factory=dict)  # token -> claim ok time
+    lease_end: dict[str, float] = field(default_factory=dict)  # token -> lease end (s)
+    claims: dict[str, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
+    acks: dict[str, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
+
+    @classmethod
+    def of(cls, events: Iterable[Event]) -> _Timeline:
+        tl = cls()
+        for ev in events:
+            if ev.get("type") != OK:
+                continue
+            op, t = ev.get("op"), float(ev.get("t", 0.0))
+            if op == "claim":
+                for c in ev.get("claims") or ():
+                    token, task = c.get("token"), c.get("task")
+                    if isinstance(token, str) and isinstance(task, str):
+                        tl.minted.setdefault(token, t)
+                        if isinstance(c.get("lease_expires_at"), int):
+                            tl.lease_end[token] = c["lease_expires_at"] / 1e6
+                        tl.claims[task].append((t, token))
+            elif op in _REPORTS and isinstance(ev.get("token"), str):
+                tl.acks[str(ev.get("task"))].append((t, ev["token"]))
+                end = ev.get("lease_expires_at")
+                if op == "heartbeat" and isinstance(end, int):
+                    token = ev["token"]
+                    tl.lease_end[token] = max(tl.lease_end.get(token, 0.0), end / 1e6)
+        return tl
+
+    def stale_ack(self, task: str, tokens: Iterable[str]) -> float | None:
+        """The first acknowledged call of one of ``tokens`` made after a later claim."""
+        mine = set(tokens)
+        claims = sorted(self.claims.get(task, ()))
+        best: float | None = None
+        for t, token in self.acks.get(task, ()):
+            if token not in mine or token not in self.minted:
+                continue
+            born = self.minted[token]
+            if any(born < ct < t for ct, other in claims if other != token) and (
+                best is None or t < best
+            ):
+                best = t
+        return best
+
+    def moment(self, v: Any, fallback: float, final: Mapping[str, dict[str, Any]]) -> float:
+        tokens = [t for t in getattr(v, "tokens", ()) if t in self.minted]
+        task = getattr(v, "task", None)
+        if v.rule in _STUCK_RULES:
+            row = final.get(task or "", {})
+            due = row.get("lease_expires_at") or row.get("next_attempt_at")
+            return due / 1e6 if isinstance(due, int) else fallback
+        if v.rule == "no-loss":
+            claims = sorted(self.claims.get(task, ())) if task else []
+            if claims and claims[-1][1] in self.lease_end:
+                return self.lease_end[claims[-1][1]]
+            return fallback
+        if v.rule == "fencing" and task:
+            stale = self.stale_ack(task, getattr(v, "tokens", ()))
+            if stale is not None:
+                return stale
+        return max((self.minted[t] for t in tokens), default=fallback)
+
+
+def final_state(result: CampaignResult) -> dict[str, dict[str, Any]]:
+    """The report's ``final-state.jsonl`` by task id (a task ``get()`` no longer found
+    has status ``MISSING``)."""
+    path = result.outdir / "final-state.jsonl"
+    if not path.is_file():
+        return {}
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {row["id"]: row for row in rows if isinstance(row, dict) and "id" in row}
+
+
+@dataclass(frozen=True)
+class Found:
+    """The earliest violation of one rule, and when the history first showed it."""
+
+    rule: str
+    violation: Any
+    at: float  # seconds since the epoch
+    after: float  # seconds after the campaign started
+
+
+def first_found(result: CampaignResult, rules: Iterable[str] | None = None) -> dict[str, Found]:
+    """Per rule (of ``rules``, or every rule reported), its earliest violation."""
+    wanted = None if rules is None else set(rules)
+    events = read_history((result.outdir / "history").glob("*.jsonl"))
+    tl = _Timeline.of(events)
+    final = final_state(result)
+    fallback = result.started_at + result.fault_phase
+    out: dict[str, Found] = {}
+    for v in result.violations:
+        if wanted is not None and v.rule not in wanted:
+            continue
+        at = tl.moment(v, fallback, final)
+        if v.rule not in out or at < out[v.rule].at:
+            out[v.rule] = Found(v.rule, v, at, at - result.started_at)
+    return out
+
+
+# ---- one hunt ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hunt:
+    case: BugCase
+    result: CampaignResult
+    found: dict[str, Found]  # the expected rules that fired, by rule
+    by_rule: Mapping[str, int]  # every rule reported, with its count
+    wall: float  # seconds, provisioning included
+
+    @property
+    def first(self) -> Found | None:
+        """The earliest violation of an expected rule."""
+        return min(self.found.values(), key=lambda f: f.at, default=None)
+
+    def row(self) -> dict[str, str]:
+        """One line of the report table."""
+        first = self.first
+        r = self.result
+        return {
+            "class": f"§5.{self.case.spec_class}",
+            "variant": self.case.attr,
+            "rule fired": first.rule if first else "NOT FOUND",
+            "violations": f"{len(r.violations)} ("
+            + ", ".join(f"{k} {n}" for k, n in sorted(self.by_rule.items()))
+            + ")",
+            "found after": f"{first.after:.1f} s" if first else "-",
+            "run time": f"{r.duration:.1f} s"
+            + ("" if r.drained else f" (drain timed out after {r.drain_time:.0f} s)"),
+        }
+
+
+def hunt(bug: BugCase, workdir: Path, scenario: Scenario | None = None) -> Hunt:
+    """Run ``scenario`` (default: the built-in standard one) against ``bug``'s backend on a
+    fresh SQLite server under ``workdir``. Worker processes must be able to import
+    :mod:`_broken_chaos_backends` (see :func:`pythonpath_with_here`)."""
+    scenario = scenario or load_scenario("standard")
+    backend = getattr(broken, bug.attr)
+    start = time.monotonic()
+    (workdir / "server").mkdir(parents=True, exist_ok=True)
+    server = backend.provision(ProvisionRequest(workdir=workdir / "server", allow_docker=False))
+    try:
+        result = run_campaign(
+            scenario,
+            backend_name=bug.backend_name,
+            backend=backend,
+            server=server,
+            outdir=workdir / "report",
+        )
+    finally:
+        server.close()
+    counts: dict[str, int] = defaultdict(int)
+    for v in result.violations:
+        counts[v.rule] += 1
+    return Hunt(bug, result, first_found(result, bug.rules), dict(counts), time.monotonic() - start)
+
+
+def baseline(workdir: Path, scenario: Scenario | None = None) -> CampaignResult:
+    """The same run against the correct SQLite backend (it must pass)."""
+    scenario = scenario or load_scenario("standard")
+    backend = registry.load_backend("sqlite")
+    (workdir / "server").mkdir(parents=True, exist_ok=True)
+    server = backend.provision(ProvisionRequest(workdir=workdir / "server", allow_docker=False))
+    try:
+        return run_campaign(
+            scenario,
+            backend_name="sqlite",
+            backend=backend,
+            server=server,
+            outdir=workdir / "report",
+        )
+    finally:
+        server.close()
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    """A Markdown table of :meth:`Hunt.row` lines."""
+    if not rows:
+        return ""
+    heads = list(rows[0])
+    widths = [max(len(h), *(len(r[h]) for r in rows)) for h in heads]
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = [
+        "| " + " | ".join(r[h].ljust(w) for h, w in zip(heads, widths, strict=True)) + " |"
+        for r in rows
+    ]
+    return "\n".join([line, sep, *body])

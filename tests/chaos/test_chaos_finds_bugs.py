@@ -1,0 +1,119 @@
+"""The standard chaos suite finds the SPEC §5 bug classes, naming the rule.
+
+For each of classes 1, 2, 3, 4, 7 and 8, a broken multi-process backend
+(``_broken_chaos_backends``: the SQLite backend with one piece done the way a real queue
+once got it wrong) goes through the built-in ``standard`` scenario, its budget unchanged
+(8 worker processes, 2,000 tasks, 40 s of faults, a 60 s drain), exactly as
+``pytest --rdq-backend=... -m chaos`` would run it. The run must report violations, one
+of them of the rule that class breaks, naming the task and the workers; how long after
+the campaign's start the history first showed the bug ("found after", see
+``_bug_hunt``) and the run's whole time are printed and recorded as test properties.
+
+Class 4 needs a redriven task to lose its lease: the standard workload's poison tasks
+(overrun on every attempt, so dead-lettered by lease expiries, redriven, and expired
+again) make that happen on every run; a kill that lands on a redriven task does too.
+
+Cost: about 45 s per class (class 4 waits out the 60 s drain timeout: ~100 s), ~5.5 min
+in all, ~3.5 min with ``-n 2``. The table of a full run is in BENCHMARKS.md ("Chaos
+suite: bug classes found"; ``python benchmarks/chaos_bugs.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import _bug_hunt as bugs
+import pytest
+
+from rdq_compliance.chaos.events import read_history
+from rdq_compliance.chaos.runner import load_checker
+
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.skipif(load_checker() is None, reason="the history checker is not installed"),
+]
+
+
+@pytest.fixture
+def workers_import_broken_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes inherit the environment: let them import the broken backends."""
+    monkeypatch.setenv("PYTHONPATH", bugs.pythonpath_with_here(os.environ.get("PYTHONPATH")))
+
+
+def _class_specific(hunt: bugs.Hunt, where: str) -> None:
+    """What each class must show beyond the rule's name."""
+    found = hunt.first
+    assert found is not None
+    v = found.violation
+    spec_class = hunt.case.spec_class
+    if spec_class in (1, 2):  # two claims of one task, both live
+        assert len(v.tokens) == 2 and len(set(v.tokens)) == 2, f"{v}\n{where}"
+    if spec_class == 1:
+        assert len(set(v.workers)) == 2, f"two workers got one task: {v}\n{where}"
+    if spec_class == 3:
+        assert any(op in v.message for op in ("complete", "reschedule", "dead_letter")), v
+    if spec_class == 8:
+        assert "heartbeat" in v.message, v
+    if spec_class == 4:
+        # the cause: reclaims refused by UNIQUE(task_id, attempt_no) ...
+        events = read_history((hunt.result.outdir / "history").glob("w*.jsonl"))
+        refused = [
+            e
+            for e in events
+            if e.get("op") == "claim"
+            and "UNIQUE constraint failed: attempts.task_id, attempts.attempt_no"
+            in str(e.get("error", ""))
+        ]
+        assert refused, f"no claim was refused by the unique constraint; {where}"
+        # ... on a redriven task, wedged IN_FLIGHT and named by the drain check
+        final = bugs.final_state(hunt.result)
+        stuck = {
+            x.task
+            for x in hunt.result.violations
+            if x.rule in hunt.case.rules
+            and final.get(x.task, {}).get("status") == "IN_FLIGHT"
+            and final.get(x.task, {}).get("redrive_count", 0) > 0
+        }
+        assert stuck, f"no redriven task named as wedged IN_FLIGHT; {where}"
+        assert not hunt.result.drained
+    if spec_class == 7:
+        assert hunt.result.tasks["missing"] > 0, hunt.result.tasks
+        assert bugs.final_state(hunt.result)[v.task]["status"] == "MISSING"  # get() says so
+
+
+@pytest.mark.parametrize("bug", bugs.CASES, ids=lambda b: f"class{b.spec_class}-{b.attr}")
+def test_the_standard_chaos_suite_finds_the_bug_class(
+    bug: bugs.BugCase,
+    tmp_path,
+    workers_import_broken_backends: None,
+    record_property,
+) -> None:
+    hunt = bugs.hunt(bug, tmp_path)
+    r = hunt.result
+    where = f"report folder: {r.outdir} (backend {bug.backend_name}, seed {r.seed})"
+    assert r.checker_error is None, f"{r.checker_error}; {where}"
+    assert r.checked, f"the history was not checked; {where}"
+    assert r.workers_left == [], f"worker processes left running: {r.workers_left}"
+    assert r.violations, f"§5.{bug.spec_class} ({bug.breaks}) was not found; {where}"
+    assert hunt.found, (
+        f"§5.{bug.spec_class}: expected a violation of {' or '.join(bug.rules)}, got "
+        f"{dict(hunt.by_rule)}; {where}"
+    )
+    found = hunt.first
+    assert found is not None
+    v = found.violation
+    assert v.rule in bug.rules and f"[{v.rule}]" in v.message
+    assert v.task and v.task in v.message, f"the violation names no task: {v}"
+    assert v.workers and all(w in v.message for w in v.workers), f"names no worker: {v}"
+    assert 0 <= found.after <= r.duration
+    _class_specific(hunt, where)
+
+    record_property("rule", found.rule)
+    record_property("violations", len(r.violations))
+    record_property("found_after_s", round(found.after, 2))
+    record_property("run_time_s", round(r.duration, 2))
+    print(
+        f"\n§5.{bug.spec_class} {bug.attr}: [{found.rule}] found {found.after:.1f} s after "
+        f"the start; run {r.duration:.1f} s; {len(r.violations)} violation(s) "
+        f"{dict(hunt.by_rule)}\n{v}"
+    )
