@@ -20,9 +20,9 @@ standard one, unchanged, by default) through
     ``next_attempt_at`` if PENDING (``final-state.jsonl``);
   - ``no-loss``: the lease end of the task's last claim (heartbeats included): from then
     on it should have been reclaimed, and it was gone;
-  - when none of these is known: the end of the fault phase;
   - any other rule: when the last of its claim tokens was handed out (the second of two
     overlapping claims, the reclaim that stole a lease, ...);
+  - when none of these is known: the end of the fault phase;
 
 - **run time**: the whole campaign (enqueue, faults, drain, check, report), i.e. when
   the verdict is known.

@@ -18,10 +18,29 @@ The claim (:attr:`Queries.claim`) is ONE statement:
 3. the UPDATE stamps IN_FLIGHT, a fresh token (32 lowercase hex digits from
    ``gen_random_uuid()``), ``claimed_at = now()``, ``lease_expires_at = due_at = now() +
    lease``, and counts the lost attempt of a reclaim, returning the claimed rows.
+
+The storage runs it in a transaction with the read of the claimed tasks' histories.
+
+**The fresh claim** (:attr:`Queries.claim_fresh`) is the fast path for the common case,
+run on its own (autocommit, one round trip, no history read). It picks exactly as the
+claim does (same CTE, same LIMIT, same order, same locks), then stamps the picked rows
+only if every one of them is PENDING with ``attempt_count = 0`` and ``redrive_count =
+0``: such a task has no history (every attempt ever appended incremented
+``attempt_count`` in the same statement, and only a redrive resets it — counting itself
+in ``redrive_count``), and the values are those of the newest, locked row version
+(``FOR UPDATE`` re-reads a row changed since the statement's snapshot), so "no history"
+is exact. Otherwise it changes nothing and returns one row whose columns are all NULL
+(*declined*); the storage then runs the full claim. So a claim is the same whichever
+statement made it.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psycopg
 from psycopg import sql
 
 from rdq_core.model import LEASE_EXPIRED_ERROR
@@ -83,6 +102,38 @@ FROM picked p
 WHERE t.seq = p.seq
 RETURNING {task_columns_t}, t.token, t.claimed_at, p.status = 'IN_FLIGHT', p.due_at, p.seq
 """
+
+# The fast path (see the module docstring): no reclaim, no attempt, no history to read.
+_CLAIM_FRESH = """
+WITH picked AS MATERIALIZED (
+    SELECT seq, status, attempt_count, redrive_count, due_at
+    FROM {tasks}
+    WHERE queue = %(queue)s AND due_at <= now()
+    ORDER BY due_at, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), fresh AS MATERIALIZED (
+    SELECT bool_and(status = 'PENDING' AND attempt_count = 0 AND redrive_count = 0) AS ok
+    FROM picked
+), claimed AS (
+    UPDATE {tasks} t
+    SET status = 'IN_FLIGHT',
+        token = replace(gen_random_uuid()::text, '-', ''),
+        claimed_at = now(),
+        lease_expires_at = now() + %(lease)s,
+        due_at = now() + %(lease)s,
+        next_attempt_at = NULL
+    FROM picked p, fresh f
+    WHERE t.seq = p.seq AND f.ok
+    RETURNING {task_columns_t}, t.token, t.claimed_at, false AS reclaimed, p.due_at, p.seq
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT {declined} FROM fresh WHERE NOT ok
+"""
+#: How many columns the claims return (the task's, token, claimed_at, reclaimed, the due
+#: time before the claim, seq).
+CLAIM_WIDTH = len(TASK_COLUMNS.split(", ")) + 5
 
 # A fenced outcome: lock the row only if this token is current (FOR UPDATE re-checks the
 # newest version of a row changed meanwhile), append the attempt (claimed_at -> now,
@@ -163,12 +214,36 @@ def claim_params(queue: str, limit: int, lease: object) -> dict[str, object]:
     }
 
 
+@dataclass(frozen=True)
+class Compiled:
+    """The fixed statements of :class:`Queries` as bytes: what psycopg sends, so a call
+    neither composes SQL again nor looks it up (and psycopg prepares each of them on its
+    fifth run on a connection)."""
+
+    claim: bytes
+    claim_fresh: bytes
+    history: bytes
+    finish: Mapping[str, bytes]
+    extend: bytes
+    enqueue: bytes
+    queue_of: bytes
+    status_of: bytes
+    task: bytes
+    stats: bytes
+    purge_succeeded: bytes
+
+
 class Queries:
     """Every statement of one namespace, composed once."""
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
+        self._compiled: Compiled | None = None
+        self._compile_lock = threading.Lock()
         self.claim = self._sql(_CLAIM)
+        self.claim_fresh = self._sql(
+            _CLAIM_FRESH, declined=sql.SQL(", ".join(["NULL"] * CLAIM_WIDTH))
+        )
         self.extend = self._sql(_EXTEND)
         self.enqueue = self._sql(_ENQUEUE)
         self.stats = self._sql(_STATS)
@@ -178,6 +253,7 @@ class Queries:
         self.task = self._sql(
             "SELECT {task_columns_t}, h.* FROM {tasks} t" + _HISTORY_ARRAYS + "WHERE t.id = %s"
         )
+        #: the histories of the tasks with ids ``%s`` (a list), oldest attempt first
         self.history = self._sql(
             f"SELECT {ATTEMPT_COLUMNS} FROM {{attempts}}"
             " WHERE task_id = ANY(%s) ORDER BY task_id, attempt_no"
@@ -190,6 +266,34 @@ class Queries:
                 ("dead_letter", _DEAD_LETTER),
             )
         }
+
+    def compiled(self, conn: psycopg.Connection) -> Compiled:
+        """The fixed statements as bytes, rendered once on the first connection that asks
+        (psycopg 3.1 needs a connection to quote identifiers; every connection of a storage
+        has the same server and client encoding, UTF-8)."""
+        done = self._compiled
+        if done is not None:
+            return done
+        with self._compile_lock:
+            if self._compiled is None:
+
+                def b(statement: sql.Composed) -> bytes:
+                    return statement.as_bytes(conn)
+
+                self._compiled = Compiled(
+                    claim=b(self.claim),
+                    claim_fresh=b(self.claim_fresh),
+                    history=b(self.history),
+                    finish={name: b(statement) for name, statement in self.finish.items()},
+                    extend=b(self.extend),
+                    enqueue=b(self.enqueue),
+                    queue_of=b(self.queue_of),
+                    status_of=b(self.status_of),
+                    task=b(self.task),
+                    stats=b(self.stats),
+                    purge_succeeded=b(self.purge_succeeded),
+                )
+            return self._compiled
 
     def _sql(self, template: str, **extra: sql.Composable) -> sql.Composed:
         """``template`` with the namespace's tables and the column lists filled in."""

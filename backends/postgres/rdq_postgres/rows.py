@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from rdq_core.model import UTC, Attempt, ErrorInfo, Outcome, Status, Task
-from rdq_postgres.queries import Queries
+from rdq_postgres.connection import cursor_of
 
 Row = Sequence[Any]
 #: How many leading columns of a row are ``queries.TASK_COLUMNS``.
@@ -25,13 +25,14 @@ def opt_utc(value: datetime | None) -> datetime | None:
 
 
 def histories(
-    conn: psycopg.Connection, queries: Queries, ids: Sequence[str]
+    conn: psycopg.Connection, statement: bytes, ids: Sequence[str]
 ) -> dict[str, list[Attempt]]:
-    """The attempts of each task in ``ids``, oldest first (one query)."""
+    """The attempts of each task in ``ids``, oldest first (one query: ``statement`` is
+    ``Queries.history``)."""
     out: dict[str, list[Attempt]] = {i: [] for i in ids}
     if not ids:
         return out
-    rows = conn.execute(queries.history, (list(ids),), binary=True).fetchall()
+    rows = cursor_of(conn).execute(statement, (list(ids),), binary=True).fetchall()
     for task_id, no, started, finished, outcome, etype, emsg, edetail in rows:
         error = None if etype is None else ErrorInfo(etype, emsg or "", edetail)
         out[task_id].append(Attempt(no, utc(started), utc(finished), Outcome(outcome), error))

@@ -9,9 +9,22 @@ the token is current, append the attempt, apply the transition: see
 :mod:`rdq_postgres.queries`), extend-lease, redrive, purge, purge-succeeded — so it is
 atomic by itself. The claim is one statement too, run in a READ COMMITTED transaction
 with the query that reads the claimed tasks' histories (the claimed rows stay locked
-until that commit, so the histories returned are exactly the claimed state). Reads of
-tasks with their histories (``get``, ``dlq_list``) are one statement each (histories
-aggregated into arrays), i.e. one snapshot.
+until that commit, so the histories returned are exactly the claimed state); that query
+is skipped for tasks whose ``(attempt_count, redrive_count)`` is ``(0, 0)``, which have
+none. Reads of tasks with their histories (``get``, ``dlq_list``) are one statement each
+(histories aggregated into arrays), i.e. one snapshot.
+
+**The claim's fast path.** Most claims take fresh tasks (never attempted, never
+redriven), which have no history: the *fresh claim* (``Queries.claim_fresh``) takes them
+in one autocommit statement — one round trip instead of four (BEGIN, claim, history,
+COMMIT) — and declines, changing nothing, as soon as one picked task is not fresh; the
+full claim then runs. After a decline the storage goes straight to the full claim until
+a full claim takes only fresh tasks again, so a queue of retried tasks does not pay for
+two statements per poll.
+
+**Statements** are rendered to bytes once (``Queries.compiled``) and run on the
+connection's own reusable cursor (``connection.cursor_of``); psycopg prepares each on its
+fifth run on a connection.
 
 **Retries.** A statement that fails with a serialization failure, a deadlock, or a
 duplicate attempt number (a claim whose snapshot predates an attempt committed on a row it
@@ -27,7 +40,7 @@ refuses is ``InvalidArgument``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -38,6 +51,7 @@ from psycopg.types.json import Jsonb
 from rdq_core import cursor as cursors
 from rdq_core.errors import BackendUnavailable, IdConflict, NotFound, RdqError, StaleClaim
 from rdq_core.model import (
+    Attempt,
     ByIds,
     Capabilities,
     Claim,
@@ -54,9 +68,9 @@ from rdq_core.model import (
 )
 from rdq_core.spi import Storage
 from rdq_postgres import rows
-from rdq_postgres.connection import POOL_TIMEOUT_S, ConnectionSource
+from rdq_postgres.connection import POOL_TIMEOUT_S, ConnectionSource, cursor_of
 from rdq_postgres.errors import is_retryable, map_error
-from rdq_postgres.queries import Queries, claim_params
+from rdq_postgres.queries import Compiled, Queries, claim_params
 
 T = TypeVar("T")
 
@@ -91,6 +105,8 @@ class PostgresStorage(Storage):
             timeout=timeout,
         )
         self._q = Queries(self._source.schema)
+        #: Try the fresh claim first (see the module docstring); a hint, shared by threads.
+        self._fresh_first = True
 
     def __repr__(self) -> str:
         return f"PostgresStorage({self._source.where})"
@@ -105,12 +121,20 @@ class PostgresStorage(Storage):
 
     # ---- running statements ----
 
+    def _sql(self, conn: psycopg.Connection) -> Compiled:
+        return self._q.compiled(conn)
+
     def _run(self, action: str, fn: Callable[[psycopg.Connection], T]) -> T:
-        """Run ``fn`` on a pooled connection; map every driver error."""
+        """Run ``fn`` on a borrowed connection (pooled; or direct while the pool recovers
+        from dead connections, see :mod:`rdq_postgres.connection`); map every driver error."""
+        source = self._source
         for attempt in range(RETRIES + 1):
             try:
-                with self._source.connection() as conn:
+                conn, pooled = source.borrow()
+                try:
                     return fn(conn)
+                finally:
+                    source.give_back(conn, pooled)
             except RdqError:
                 raise
             except psycopg.Error as exc:
@@ -132,10 +156,11 @@ class PostgresStorage(Storage):
         }
 
         def run(conn: psycopg.Connection) -> bool:
+            q = self._sql(conn)
             for _ in range(RETRIES + 1):
-                if conn.execute(self._q.enqueue, params).fetchone() is not None:
+                if cursor_of(conn).execute(q.enqueue, params).fetchone() is not None:
                     return True
-                row = conn.execute(self._q.queue_of, (task.id,)).fetchone()
+                row = cursor_of(conn).execute(q.queue_of, (task.id,)).fetchone()
                 if row is None:
                     continue  # the conflicting task was purged meanwhile: insert again
                 if row[0] != task.queue:
@@ -152,27 +177,40 @@ class PostgresStorage(Storage):
 
     def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
         params = claim_params(queue, limit, lease)
+        if self._fresh_first:
+            fresh = self._run("claim_due", lambda conn: self._claim_fresh(conn, params))
+            if fresh is not None:
+                return fresh
+            self._fresh_first = False  # declined: a task with a history is due
+        claims, all_fresh = self._run("claim_due", lambda conn: self._claim_full(conn, params))
+        self._fresh_first = all_fresh
+        return claims
 
-        def run(conn: psycopg.Connection) -> list[Claim]:
-            with conn.transaction():
-                claimed = conn.execute(self._q.claim, params, binary=True).fetchall()
-                claimed.sort(key=lambda r: (r[-2], r[-1]))  # (due_at before the claim, seq)
-                history = rows.histories(conn, self._q, [r[0] for r in claimed])
-            return [
-                Claim(
-                    rows.task(r, history[r[0]]),
-                    token=r[11],
-                    claimed_at=rows.utc(r[12]),
-                    lease_expires_at=rows.utc(r[9]),
-                    reclaimed=bool(r[13]),
-                )
-                for r in claimed
-            ]
+    def _claim_fresh(self, conn: psycopg.Connection, params: dict[str, Any]) -> list[Claim] | None:
+        """The fresh claim (autocommit, one statement); ``None`` if it declined."""
+        statement = self._sql(conn).claim_fresh
+        claimed = cursor_of(conn).execute(statement, params, binary=True).fetchall()
+        if claimed and claimed[0][0] is None:
+            return None
+        claimed.sort(key=_claim_order)
+        return [_claim(r, ()) for r in claimed]
 
-        return self._run("claim_due", run)
+    def _claim_full(
+        self, conn: psycopg.Connection, params: dict[str, Any]
+    ) -> tuple[list[Claim], bool]:
+        """The full claim and the histories of what it took, in one transaction; and
+        whether every task it took was fresh (had no history)."""
+        q = self._sql(conn)
+        with conn.transaction():
+            claimed = cursor_of(conn).execute(q.claim, params, binary=True).fetchall()
+            # (attempt_count, redrive_count) of the claimed row: (0, 0) has no history
+            historic = [r[0] for r in claimed if r[6] or r[7]]
+            history = rows.histories(conn, q.history, historic) if historic else {}
+        claimed.sort(key=_claim_order)
+        return [_claim(r, history.get(r[0], ())) for r in claimed], not historic
 
     def _raise_stale(self, conn: psycopg.Connection, task_id: str, token: str) -> NoReturn:
-        row = conn.execute(self._q.status_of, (task_id,)).fetchone()
+        row = cursor_of(conn).execute(self._sql(conn).status_of, (task_id,)).fetchone()
         state = "no such task" if row is None else f"status {row[0]}"
         raise StaleClaim(f"task {task_id!r}: token {token[:8]}… is not the current claim ({state})")
 
@@ -180,7 +218,7 @@ class PostgresStorage(Storage):
         params = {"id": task_id, "token": token, "lease": lease}
 
         def run(conn: psycopg.Connection) -> datetime:
-            row = conn.execute(self._q.extend, params).fetchone()
+            row = cursor_of(conn).execute(self._sql(conn).extend, params).fetchone()
             if row is None:
                 self._raise_stale(conn, task_id, token)
             return rows.utc(row[0])
@@ -207,7 +245,8 @@ class PostgresStorage(Storage):
         }
 
         def run(conn: psycopg.Connection) -> None:
-            if conn.execute(self._q.finish[action], params).fetchone() is None:
+            statement = self._sql(conn).finish[action]
+            if cursor_of(conn).execute(statement, params).fetchone() is None:
                 self._raise_stale(conn, task_id, token)
 
         self._run(action, run)
@@ -229,7 +268,8 @@ class PostgresStorage(Storage):
 
     def _get(self, task_id: str) -> Task:
         def run(conn: psycopg.Connection) -> Task:
-            row = conn.execute(self._q.task, (task_id,), binary=True).fetchone()
+            statement = self._sql(conn).task
+            row = cursor_of(conn).execute(statement, (task_id,), binary=True).fetchone()
             if row is None:
                 raise NotFound(f"no task with id {task_id!r}")
             return rows.with_history(row)
@@ -238,7 +278,7 @@ class PostgresStorage(Storage):
 
     def _stats(self, queue: str) -> QueueStats:
         def run(conn: psycopg.Connection) -> QueueStats:
-            row = conn.execute(self._q.stats, {"queue": queue}).fetchone()
+            row = cursor_of(conn).execute(self._sql(conn).stats, {"queue": queue}).fetchone()
             assert row is not None
             pending, due, in_flight, succeeded, dead = (int(n) for n in row)
             return QueueStats(pending, due, in_flight, succeeded, dead)
@@ -247,7 +287,7 @@ class PostgresStorage(Storage):
 
     def _now(self) -> datetime:
         def run(conn: psycopg.Connection) -> datetime:
-            row = conn.execute("SELECT now()").fetchone()
+            row = cursor_of(conn).execute("SELECT now()").fetchone()
             assert row is not None
             return rows.utc(row[0])
 
@@ -268,7 +308,7 @@ class PostgresStorage(Storage):
         statement = self._q.dlq_page(sql.SQL(" AND ").join(conditions))
 
         def run(conn: psycopg.Connection) -> DlqPage:
-            found = conn.execute(statement, params, binary=True).fetchall()
+            found = cursor_of(conn).execute(statement, params, binary=True).fetchall()
             page = found[:limit]
             next_cursor = None
             if len(found) > limit:
@@ -283,21 +323,23 @@ class PostgresStorage(Storage):
         selected, params = _selection(selector)
         statement = self._q.redrive(selected)
         return self._run(
-            "redrive", lambda conn: conn.execute(statement, {**params, "queue": queue}).rowcount
+            "redrive",
+            lambda conn: cursor_of(conn).execute(statement, {**params, "queue": queue}).rowcount,
         )
 
     def _purge(self, queue: str, selector: Selector) -> int:
         selected, params = _selection(selector)
         statement = self._q.purge(selected)
         return self._run(
-            "purge", lambda conn: conn.execute(statement, {**params, "queue": queue}).rowcount
+            "purge",
+            lambda conn: cursor_of(conn).execute(statement, {**params, "queue": queue}).rowcount,
         )
 
     def _purge_succeeded(self, queue: str, older_than: timedelta) -> int:
         params = {"queue": queue, "older_than": older_than}
         return self._run(
             "purge_succeeded",
-            lambda conn: conn.execute(self._q.purge_succeeded, params).rowcount,
+            lambda conn: cursor_of(conn).execute(self._sql(conn).purge_succeeded, params).rowcount,
         )
 
     # ---- lifecycle ----
@@ -311,6 +353,22 @@ class PostgresStorage(Storage):
         """Close this process's connections; idempotent. Later calls raise
         ``BackendUnavailable``."""
         self._source.close()
+
+
+def _claim_order(row: rows.Row) -> tuple[Any, Any]:
+    """Claims in due order: the due time before the claim, then insertion order."""
+    return row[-2], row[-1]
+
+
+def _claim(row: rows.Row, history: Sequence[Attempt]) -> Claim:
+    """A Claim from a row of ``Queries.claim`` / ``claim_fresh`` and the task's history."""
+    return Claim(
+        rows.task(row, history),
+        token=row[11],
+        claimed_at=rows.utc(row[12]),
+        lease_expires_at=rows.utc(row[9]),
+        reclaimed=bool(row[13]),
+    )
 
 
 def _selection(selector: Selector) -> tuple[sql.Composable, dict[str, Any]]:

@@ -1,12 +1,22 @@
-"""Where the test server is, and a clean module-level skip when it does not answer."""
+"""Where the test server is, a clean module-level skip when it does not answer, and a
+private local-binary server for tests that kill and restart it."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from rdq_postgres.local import LocalPostgresServer
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -39,3 +49,37 @@ def count_rows(conn: psycopg.Connection, schema: str, where: str = "TRUE") -> in
     row = conn.execute(query).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@contextmanager
+def local_server(prefix: str) -> Iterator[LocalPostgresServer]:
+    """A private server from local binaries (the kit's rung 2) that a test may kill and
+    restart, in a fresh work folder removed afterwards; skip where PostgreSQL's server
+    binaries are not installed. For a module-scoped fixture, as in test_provisioning.py."""
+    from rdq_postgres.local import LocalPostgresServer
+    from rdq_postgres.plugin import backend
+
+    from rdq_core.backend import ProvisionRequest
+    from rdq_core.errors import ProvisionUnavailable
+
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        try:
+            server = backend.start_local_server(
+                ProvisionRequest(workdir=workdir, allow_docker=False)
+            )
+        except ProvisionUnavailable as exc:
+            pytest.skip(f"no local PostgreSQL: {exc}")
+        assert isinstance(server, LocalPostgresServer)
+        try:
+            yield server
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def ensure_running(server: LocalPostgresServer) -> None:
+    """Restart ``server`` if a test left it killed (so later tests of the module run)."""
+    if not server.cluster.running:
+        server.restart()

@@ -23,6 +23,7 @@ way). Two settings produce that plan here:
 The backend's claim picks its rows in a ``MATERIALIZED`` CTE, which runs once per
 statement (a CTE scan only re-reads its tuplestore), so under the same session settings
 it never returns, nor stamps, more than ``n`` rows — including reclaims of expired leases.
+The fresh claim (the fast path for never-attempted tasks) picks its rows the same way.
 """
 
 from __future__ import annotations
@@ -204,6 +205,11 @@ def test_backend_claim_never_exceeds_limit_under_the_same_session_settings(world
     analyzed = _explain(world.conn, statement, claim_params(Q, LIMIT, LEASE), analyze=True)
     print(f"\n[{world.scenario}] EXPLAIN ANALYZE of the backend's claim (rolled back):\n{analyzed}")
     cte = analyzed.split("CTE picked", 1)[1].split("CTE expired", 1)[0]
+    assert _node_loops(cte, "Limit") == [1], f"the picking CTE ran more than once:\n{analyzed}"
+    fresh = Queries(world.schema).claim_fresh  # the fast path for never-attempted tasks
+    analyzed = _explain(world.conn, fresh, claim_params(Q, LIMIT, LEASE), analyze=True)
+    print(f"EXPLAIN ANALYZE of the backend's fresh claim (rolled back):\n{analyzed}")
+    cte = analyzed.split("CTE picked", 1)[1].split("CTE fresh", 1)[0]
     assert _node_loops(cte, "Limit") == [1], f"the picking CTE ran more than once:\n{analyzed}"
 
     storage = PostgresStorage(world.session_dsn, world.schema)
