@@ -58,7 +58,7 @@ CONNECT_TIMEOUT_S = 5
 POOL_TIMEOUT_S = 10.0
 #: Seconds a call waits for a pooled connection after connections were found dead, before
 #: it connects directly instead (see "Failing fast" above).
-DEGRADED_WAIT_S = 0.2
+DEGRADED_WAIT_S = 0.05
 
 #: Pools inherited through fork: kept referenced, never used nor closed in the child.
 _INHERITED: list[object] = []
