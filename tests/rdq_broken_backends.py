@@ -838,6 +838,76 @@ class StatsAcrossQueues(_Broken):
             )
 
 
+class ClaimStopsShort(_ClaimHooks):
+    """SPEC §2 claim — a batch claim returns one task whatever the limit.
+
+    Incident: a Lua claim script that ``break``s out of its pop loop after the first
+    entry, or a "claim up to n" that stops at the first row another worker has locked:
+    workers poll for 32 and get 1, the backlog grows while they sit idle.
+    """
+
+    def _take(self, rows: list[_Row], limit: int) -> list[_Row]:
+        for row in rows[1:limit]:
+            self._victim(row.task.id)
+        return rows[:1]
+
+
+class DlqBrowseIsAReceive(_Broken):
+    """SPEC §4 DLQ — listing the DLQ changes the tasks it lists.
+
+    Incident: a DLQ browsed with the queue's own receive call (SQS ``ReceiveMessage``
+    on the dead-letter queue): every look bumped the receive count, so an operator's
+    browsing used up the retries the messages would get once redriven. Here each
+    listed task's ``attempt_count`` goes up by one.
+    """
+
+    def _dlq_list(
+        self, queue: str, filter: DlqFilter | None, cursor: str | None, limit: int
+    ) -> DlqPage:
+        with self._lock:
+            page = super()._dlq_list(queue, filter, cursor, limit)
+            for task in page.tasks:
+                row = self._rows[task.id]
+                row.task = replace(row.task, attempt_count=row.task.attempt_count + 1)
+                self._victim(task.id)
+            return page
+
+
+class EmptyFilterMeansEverything(_Broken):
+    """SPEC §4 selectors — an empty selector selects every dead task.
+
+    Incident: ``WHERE ($1::text IS NULL OR handler = $1) AND ($2::text IS NULL OR
+    error_type = $2)``: a filter with no field set matches every row, and an operator's
+    purge with a blank form emptied the whole DLQ; ``id = ANY('{}')`` was special-cased
+    to "no id restriction" the same way. (The SPI's public methods answer an empty
+    selector themselves; this backend overrides them, as a backend may.)
+    """
+
+    def _everything_if_empty(self, queue: str, selector: Selector) -> Selector:
+        empty = selector.is_empty if isinstance(selector, DlqFilter) else not selector.ids
+        if not empty:
+            return selector
+        with self._lock:
+            for row in self._dead(queue):
+                self._victim(row.task.id)
+        return DlqFilter(everything=True)
+
+    def redrive(self, queue: str, selector: Selector | list[str] | tuple[str, ...]) -> int:
+        sel = validation.selector(selector)
+        return self._redrive(validation.queue_name(queue), self._everything_if_empty(queue, sel))
+
+    def purge(self, queue: str, selector: Selector | list[str] | tuple[str, ...]) -> int:
+        sel = validation.selector(selector)
+        return self._purge(validation.queue_name(queue), self._everything_if_empty(queue, sel))
+
+    def _dlq_list(
+        self, queue: str, filter: DlqFilter | None, cursor: str | None, limit: int
+    ) -> DlqPage:
+        if filter is not None:
+            filter = self._everything_if_empty(queue, filter)  # type: ignore[assignment]
+        return super()._dlq_list(queue, filter, cursor, limit)
+
+
 # ---- the backend objects ---------------------------------------------------------------------
 
 
@@ -885,3 +955,8 @@ enqueue_id_in_two_queues = _backend(EnqueueIdInTwoQueues, "enqueue-id-in-two-que
 payload_truncated_at_nul = _backend(PayloadTruncatedAtNul, "payload-truncated-at-nul")
 enqueue_skips_validation = _backend(EnqueueSkipsValidation, "enqueue-skips-validation")
 stats_across_queues = _backend(StatsAcrossQueues, "stats-across-queues")
+claim_stops_short = _backend(ClaimStopsShort, "claim-stops-short")
+dlq_browse_is_a_receive = _backend(DlqBrowseIsAReceive, "dlq-browse-is-a-receive")
+empty_filter_means_everything = _backend(
+    EmptyFilterMeansEverything, "empty-filter-means-everything"
+)

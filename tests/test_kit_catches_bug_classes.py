@@ -352,6 +352,29 @@ CASES = [
         "§4 (extra) stats count every queue",
         {"test_stats.py::test_stats_are_per_queue": "stats"},
     ),
+    Case(
+        "claim_stops_short",
+        "§2 (extra) a batch claim returns one task whatever the limit",
+        {
+            "test_claim.py::test_claim_returns_exactly_limit_when_more_are_due": (
+                "claim-complete"
+            ),
+            "test_claim.py::test_claim_limit_above_available_returns_all_due": "claim-complete",
+        },
+    ),
+    Case(
+        "dlq_browse_is_a_receive",
+        "§4 (extra) listing the DLQ changes the tasks it lists",
+        {"test_dlq.py::test_dlq_listing_does_not_change_tasks": "dlq-paging"},
+    ),
+    Case(
+        "empty_filter_means_everything",
+        "§4 (extra) an empty selector selects every dead task",
+        {
+            "test_redrive_purge.py::test_empty_selector_selects_nothing": "empty-selector",
+            "test_dlq.py::test_empty_dlq_filter_lists_nothing": "empty-selector",
+        },
+    ),
 ]
 
 

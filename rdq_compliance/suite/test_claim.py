@@ -99,8 +99,9 @@ def test_claim_stamps_the_lease_from_the_storage_clock(rdq_storage):
 
 
 def test_claim_returns_exactly_limit_when_more_are_due(rdq_storage):
-    """Rule claim-limit: with more tasks due than ``limit``, a claim returns exactly
-    ``limit`` tasks, never more, and never a task an earlier claim already holds."""
+    """Rules claim-limit and claim-complete: with more tasks due than ``limit``, a claim
+    returns exactly ``limit`` tasks, never more, never fewer, and never a task an earlier
+    claim already holds."""
     s = rdq_storage
     ids = {enqueue(s, Q) for _ in range(50)}
     seen: set[str] = set()
@@ -108,9 +109,10 @@ def test_claim_returns_exactly_limit_when_more_are_due(rdq_storage):
         claims = s.claim_due(Q, limit, LONG_LEASE)
         got = [c.task_id for c in claims]
         assert len(got) == limit, rules.message(
-            "claim-limit",
+            "claim-limit" if len(got) > limit else "claim-complete",
             f"claim_due(limit={limit}) with {len(ids - seen)} tasks due returned "
-            f"{len(got)} tasks: {got}",
+            f"{len(got)} tasks: {got}"
+            + ("" if len(got) > limit else f"; left behind: {sorted(ids - seen - set(got))}"),
         )
         again = sorted(seen.intersection(got))
         assert not again and len(set(got)) == len(got), rules.message(
@@ -122,14 +124,17 @@ def test_claim_returns_exactly_limit_when_more_are_due(rdq_storage):
 
 
 def test_claim_limit_above_available_returns_all_due(rdq_storage):
-    """Rule claim-limit: when fewer tasks are due than ``limit``, a claim returns every
-    due task, each once."""
+    """Rules claim-complete and claim-limit: when fewer tasks are due than ``limit``, a
+    claim returns every due task, each once."""
     s = rdq_storage
     ids = {enqueue(s, Q) for _ in range(10)}
     claims = s.claim_due(Q, 25, LONG_LEASE)
     got = [c.task_id for c in claims]
+    left = sorted(ids - set(got))
     assert sorted(got) == sorted(ids), rules.message(
-        "claim-limit", f"claim_due(limit=25) with 10 tasks due {sorted(ids)} returned {got}"
+        "claim-complete" if left else "claim-limit",
+        f"claim_due(limit=25) with 10 tasks due {sorted(ids)} returned {got}"
+        + (f"; left behind: {left}" if left else ""),
     )
 
 

@@ -47,6 +47,11 @@ def _directory(dsn: object, *, create: bool) -> Path:
         raise InvalidArgument(
             f"sqlite DSN must be a directory path, got {dsn!r} (e.g. --rdq-dsn=/tmp/rdq-sqlite)"
         )
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(dsn)):
+        raise InvalidArgument(
+            f"sqlite DSN {str(dsn)!r} is a URL (another backend's DSN?); the sqlite backend's "
+            "DSN is a directory path, e.g. --rdq-dsn=/tmp/rdq-sqlite"
+        )
     directory = Path(dsn).expanduser().absolute()
     if create and not directory.exists():
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from rdq_sqlite import schema
@@ -366,6 +367,11 @@ def test_plugin_rejects_bad_dsn_and_namespace(tmp_path):
         backend.provision(ProvisionRequest(workdir=tmp_path, dsn=str(file_dsn)))
     with pytest.raises(InvalidArgument, match="does not exist"):
         backend.open(str(tmp_path / "nowhere"), "ns")
+    # another backend's DSN (a URL) is refused, not turned into a directory named after it
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    with pytest.raises(InvalidArgument, match="is a URL"):
+        backend.provision(ProvisionRequest(workdir=tmp_path, dsn=url))
+    assert not Path("postgresql:").exists()
     with pytest.raises(InvalidArgument, match="does not exist"):
         backend.open(str(tmp_path), "ns")
     for bad in ("../escape", ".hidden", "", "a/b"):
