@@ -85,6 +85,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="replay a chaos run with this seed",
     )
     group.addoption(
+        "--rdq-hypothesis-profile",
+        choices=("ci", "deep"),
+        default="ci",
+        help="how hard the stateful machine (-m stateful) searches: 'ci' (default: bounded, "
+        "fixed seed) or 'deep' (many more, longer programs; a fresh seed each run)",
+    )
+    group.addoption(
+        "--rdq-hypothesis-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the stateful machine with this seed (a failure prints the one it used)",
+    )
+    group.addoption(
         "--rdq-no-suite",
         action="store_true",
         default=False,

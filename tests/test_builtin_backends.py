@@ -1,4 +1,5 @@
-"""The whole conformance suite against every built-in backend.
+"""The whole conformance suite against every built-in backend (and the chaos and
+stateful gates through the plugin).
 
 Each run is its own pytest process, exactly as a user would start it
 (``pytest --pyargs rdq_compliance.suite --rdq-backend=NAME ...``), so it exercises
@@ -26,6 +27,7 @@ PG_DSN = (
 
 CONFORMANCE = ["-m", "not chaos and not stateful"]
 CHAOS = ["-m", "chaos"]
+STATEFUL = ["-m", "stateful"]
 
 #: run id -> (arguments, the least number of tests that must pass)
 RUNS: dict[str, tuple[list[str], int | None]] = {
@@ -36,6 +38,10 @@ RUNS: dict[str, tuple[list[str], int | None]] = {
     # The chaos gate, through the plugin as a user runs it: the standard scenario.
     "sqlite-chaos": (["--rdq-backend=sqlite", *CHAOS], 1),
     "postgres-local-chaos": (["--rdq-backend=postgres", "--rdq-no-docker", *CHAOS], 1),
+    # The stateful machine, ci profile (fixed seed), through the plugin.
+    "memory-stateful": (["--rdq-backend=memory", *STATEFUL], 1),
+    "sqlite-stateful": (["--rdq-backend=sqlite", *STATEFUL], 1),
+    "postgres-dsn-stateful": (["--rdq-backend=postgres", f"--rdq-dsn={PG_DSN}", *STATEFUL], 1),
 }
 
 

@@ -1,0 +1,80 @@
+"""The stateful machine through the plugin, as a third party runs it.
+
+``pytest --rdq-backend=NAME -m stateful`` in a project of its own (pytester's): the
+machine runs on a backend that is not one of ours, passes on a correct one, and on a
+broken one fails with the violated rule, the shrunk program, the seed and the command
+that replays it; the failing program is kept in the project's example database and the
+next run replays it first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.stateful
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+THIRD_PARTY = """
+from rdq_core.memory import MemoryBackend, MemoryStore
+
+
+class TheirStore(MemoryStore):
+    '''A third party's store (here: the reference one, under their own name).'''
+
+
+backend = MemoryBackend(TheirStore, name="theirs")
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    path = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+    for name in [n for n in os.environ if n.startswith("RDQ_")]:
+        monkeypatch.delenv(name)
+    pytester.makepyfile(rdq_theirs=THIRD_PARTY)
+    pytester.makepyfile(test_own="def test_their_own_test():\n    pass\n")
+    return pytester
+
+
+def test_third_party_backend_passes_the_machine(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess(
+        "--rdq-backend=rdq_theirs:backend", "-m", "stateful", "-q", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*1 passed*"])
+
+
+def test_broken_backend_fails_with_program_seed_and_replay(project: pytest.Pytester) -> None:
+    args = ("--rdq-backend=rdq_broken_backends:limit_ignored", "-m", "stateful", "-p",
+            "no:cacheprovider")  # fmt: skip
+    first = project.runpytest_subprocess(*args)
+    first.assert_outcomes(failed=1)
+    first.stdout.fnmatch_lines(
+        [
+            "*[[]claim-limit[]] claim_due never returns more than `limit` tasks*",
+            "*state = BackendVsModel()*",
+            "*state.start_with_tasks(*",
+            "*reproduce_failure*",
+            "*rdq stateful machine: backend 'rdq_broken_backends:limit_ignored', profile 'ci',"
+            " seed 0*",
+            "*Replay: pytest --rdq-backend=rdq_broken_backends:limit_ignored -m stateful "
+            "--rdq-hypothesis-profile=ci --rdq-hypothesis-seed=0*",
+        ]
+    )
+    kept = project.path / ".hypothesis" / "rdq-stateful" / "rdq_broken_backends_limit_ignored"
+    assert kept.is_dir() and any(kept.rglob("*")), f"no failing program kept in {kept}"
+
+    # The next run replays the kept program first: it fails again, at once.
+    again = project.runpytest_subprocess(*args)
+    again.assert_outcomes(failed=1)
+    again.stdout.fnmatch_lines(["*[[]claim-limit[]]*", "*state.start_with_tasks(*"])
+
+    # Another seed, as the note says how to pass one.
+    other = project.runpytest_subprocess(*args, "--rdq-hypothesis-seed=7")
+    other.assert_outcomes(failed=1)
+    other.stdout.fnmatch_lines(["*seed 7*"])
