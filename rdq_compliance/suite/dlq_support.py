@@ -127,8 +127,25 @@ def claim_exactly(
     claims = storage.claim_due(queue, max(1, len(ids)), lease) if ids else []
     got = sorted(c.task_id for c in claims)
     if got != sorted(ids):
-        raise AssertionError(
-            f"test setup: claim in {queue!r} expected tasks {sorted(ids)}, got {got}"
+        missing = sorted(set(ids) - set(got))
+        rule, why = "claim-complete", []
+        for tid in missing:
+            task = get_or_none(storage, tid)
+            if task is None:
+                rule = "no-loss"
+                why.append(f"task {tid!r} is gone (get raises NotFound)")
+            else:
+                why.append(
+                    f"task {tid!r} is {task.status.value}, next_attempt_at "
+                    f"{task.next_attempt_at}, lease until {task.lease_expires_at}"
+                )
+        if not missing:
+            rule = "claim-limit"
+        fail(
+            rule,
+            f"claim_due({queue!r}, limit={max(1, len(ids))}) while preparing the test: "
+            f"expected exactly the due tasks {sorted(ids)}, got {got}"
+            + (f"; {'; '.join(why)}" if why else ""),
         )
     return {c.task_id: c for c in claims}
 
@@ -144,7 +161,7 @@ def enqueue_new(
 ) -> str:
     task = NewTask(tid, queue, handler, payload, headers or {}, delay)
     if storage.enqueue(task) is not True:
-        raise AssertionError(f"test setup: enqueue of new task {tid!r} did not return True")
+        fail("enqueue-idempotent", f"enqueue of new task {tid!r} did not return True")
     return tid
 
 
@@ -203,7 +220,7 @@ def put_in_state(
     elif state == "REDRIVEN":
         make_dead(storage, queue, tid, **new)  # type: ignore[arg-type]
         if storage.redrive(queue, ByIds([tid])) != 1:
-            raise AssertionError(f"test setup: redrive of {tid!r} did not return 1")
+            fail("redrive", f"redrive of dead task {tid!r} by id did not return 1")
     else:
         raise ValueError(f"unknown state {state!r}")
     return None

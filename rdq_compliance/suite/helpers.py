@@ -10,10 +10,11 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import weakref
 from datetime import datetime, timedelta
 
 from rdq_compliance.rules import message
-from rdq_core.errors import StaleClaim
+from rdq_core.errors import NotFound, StaleClaim
 from rdq_core.model import Claim, ErrorInfo, NewTask, Outcome, Task
 from rdq_core.spi import Storage
 
@@ -48,21 +49,61 @@ def new_task(
     )
 
 
+#: The tasks each storage handle enqueued through :func:`enqueue`: queue -> ids, so a
+#: failure can say what became of them.
+_ENQUEUED: weakref.WeakKeyDictionary[Storage, dict[str, list[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def enqueue(storage: Storage, queue: str = "q", **kwargs: object) -> str:
     """Enqueue a fresh task and return its id."""
     task = new_task(queue, **kwargs)  # type: ignore[arg-type]
     assert storage.enqueue(task) is True, message(
         "enqueue-idempotent", f"enqueue of new task {task.id!r} did not return True"
     )
+    try:
+        _ENQUEUED.setdefault(storage, {}).setdefault(queue, []).append(task.id)
+    except TypeError:  # a storage that cannot be weakly referenced: no bookkeeping
+        pass
     return task.id
 
 
-def claim_one(storage: Storage, queue: str = "q", lease: timedelta = LONG_LEASE) -> Claim:
-    """Claim exactly one task; fails the test if the claim returns anything else."""
+def _fates(storage: Storage, ids: list[str]) -> tuple[bool, str]:
+    """What became of ``ids``: (whether one is gone, a description)."""
+    gone, parts = False, []
+    for tid in ids:
+        try:
+            task = storage.get(tid)
+        except NotFound:
+            gone = True
+            parts.append(f"task {tid!r} is gone (get raises NotFound)")
+            continue
+        parts.append(
+            f"task {tid!r} is {task.status.value} (next_attempt_at {task.next_attempt_at}, "
+            f"lease until {task.lease_expires_at})"
+        )
+    return gone, "; ".join(parts)
+
+
+def claim_one(
+    storage: Storage, queue: str = "q", lease: timedelta = LONG_LEASE, expect: str | None = None
+) -> Claim:
+    """Claim exactly one task; fails the test if the claim returns anything else.
+
+    ``expect``: the id of the task the test knows is due. If the claim comes back empty,
+    the failure says what became of it, or else of every task this handle enqueued in
+    ``queue`` (a task that is gone: rule ``no-loss``; else ``claim-complete``)."""
     claims = storage.claim_due(queue, 1, lease)
     if not claims:
+        ids = [expect] if expect is not None else _ENQUEUED.get(storage, {}).get(queue, [])
+        gone, fates = _fates(storage, ids[-20:])
         raise AssertionError(
-            message("no-loss", f"a due task of {queue!r} could not be claimed (gone or stuck)")
+            message(
+                "no-loss" if gone or not ids else "claim-complete",
+                f"a due task of {queue!r} could not be claimed: "
+                f"{fates or 'no task known'}; stats({queue!r}) {storage.stats(queue)}",
+            )
         )
     assert len(claims) == 1, message(
         "claim-limit", f"claim_due({queue!r}, limit=1) returned {len(claims)} tasks"
@@ -78,7 +119,9 @@ def wait_until(storage: Storage, when: datetime, timeout: float = 30.0) -> None:
         if now > when:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"storage clock stuck at {now}, waiting for {when}")
+            raise AssertionError(
+                message("storage-clock", f"storage clock stuck at {now}, waiting for {when}")
+            )
         time.sleep(min(0.05, max(0.001, (when - now).total_seconds() + 0.001)))
 
 

@@ -328,7 +328,9 @@ def test_dlq_paging_is_stable_while_tasks_are_redriven_or_purged(rdq_storage, li
     assert [i for i in ids if i in stayed] == stayed, message(
         "dlq-paging", f"tasks that stayed dead came out of dead-letter order: {ids}"
     )
-    assert touched, "test setup: nothing was redriven or purged while paging"
+    assert touched, message(
+        "dlq-paging", f"the listing ended before anything could change mid-listing (listed {ids})"
+    )
 
 
 # ---- cursors ---------------------------------------------------------------------------------

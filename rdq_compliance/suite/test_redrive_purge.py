@@ -139,9 +139,11 @@ def test_redriven_task_is_pending_due_now_with_count_reset_and_history_kept(
     s.make_dead(st, Q, tid, retries=retries if history == "retried" else [])
     if history == "redriven-before":
         st.redrive(Q, ByIds([tid]))
-        st.dead_letter(tid, helpers.claim_one(st, Q).token, ErrorInfo("again", "2"))
+        st.dead_letter(tid, helpers.claim_one(st, Q, expect=tid).token, ErrorInfo("again", "2"))
     before = st.get(tid)
-    assert before.attempt_count > 0, "test setup: a dead task with no attempts"
+    assert before.attempt_count > 0, message(
+        "transition", f"dead task {tid!r} has attempt_count 0 after failed attempts: {before}"
+    )
 
     t0 = st.now()
     count = st.redrive(Q, ByIds([tid]))

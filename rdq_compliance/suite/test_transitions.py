@@ -52,9 +52,9 @@ def _prepared(s, attempts_before: int = 1) -> tuple[str, Claim]:
     """
     tid = enqueue(s, Q, payload=b"\x00p\xff", headers={"h": "v"})
     for n in range(attempts_before):
-        c = claim_one(s, Q)
+        c = claim_one(s, Q, expect=tid)
         s.reschedule(tid, c.token, timedelta(0), ErrorInfo("E", f"try {n + 1}"))
-    claim = claim_one(s, Q)
+    claim = claim_one(s, Q, expect=tid)
     wait_until(s, claim.claimed_at + 5 * CLOCK_SLACK)
     return tid, claim
 
