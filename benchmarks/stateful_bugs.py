@@ -85,7 +85,7 @@ def section(rows: list[str], program: list[str], seeds: list[int], seconds: floa
     seeds_s = " ".join(str(s) for s in seeds)
     head = f"""{SECTION}
 
-What is measured: the stateful machine (`rdq_compliance/stateful.py`) hunting each
+What is measured: the stateful machine (`rdq_compliance/stateful/`) hunting each
 deliberately broken backend of `tests/rdq_broken_backends.py` (the reference store with
 one piece done the way a real queue once got it wrong) **from scratch**: no `@example`,
 no example database, the `ci` profile's programs (up to 30 steps) with a budget of

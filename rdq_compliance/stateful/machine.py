@@ -1,95 +1,16 @@
-"""Property-based interleavings: a hypothesis state machine against the reference model.
-
-:class:`BackendVsModel` plays three logical workers, each with its own connection to the
-backend under test, and a producer/operator connection, against the backend and the
-in-memory reference store (:class:`~rdq_compliance.stateful_model.ReferenceModel`) side by
-side. Its rules cover the whole SPI:
-
-* ``start_with_tasks`` (the initial state: 0-2 tasks due now, 0-2 already in the DLQ) and
-  ``enqueue`` (new ids, duplicates, an id of another queue, due in the past, now, after
-  an instant, in 10 minutes; any payload bytes, headers);
-* ``claim`` (one worker, limit 1-3, lease ``instant`` or ``long``), ``claim_together``
-  (every worker at the same moment), ``work`` (a worker-loop turn: claim, then report an
-  outcome for each task claimed, or crash without reporting);
-* ``extend_lease``, ``complete``, ``reschedule``, ``dead_letter`` on any claim ever handed
-  out, current or stale;
-* ``redrive`` and ``purge`` by ids (also ids that are not DEAD, and the empty list) and by
-  filter (handler, error type, everything, and the empty filter), ``purge_succeeded``;
-* ``dlq_first_page`` / ``dlq_next_page`` (page sizes 1-3, with filters; the listing goes
-  on across other steps, and a cursor of the other queue must be refused);
-
-and time passes so leases expire (see below). After every step three invariants hold:
-invariant H on every task's history, the one rule (no two live claims on a task, at
-most one outcome accepted per claim token) and "the backend's observable state equals
-the model's": every task by ``get`` (status, counts, payload, headers, the whole history
-with its errors, every timestamp), ``stats`` and the whole DLQ of every queue, in order.
-
-Runner-neutral: nothing here imports pytest. :func:`run` runs the machine on a
-:class:`Target` (a backend and a provisioned server: one fresh namespace per example);
-the pytest entry point is ``rdq_compliance/suite/test_stateful.py``.
-
-Time
-----
-Due-ness, leases and every stored timestamp are the storage's clock, which the machine
-does not control, so it never races it:
-
-* **The model runs on the backend's clock.** Around every backend call the machine reads
-  ``storage.now()`` before (``t0``) and after (``t1``); the time the backend actually used
-  is then read back from what the call produced (a claim's ``claimed_at``; a new task's
-  ``created_at``; the ``finished_at`` of the attempt an outcome appended; a heartbeat's new
-  expiry minus the lease; a redriven task's ``next_attempt_at``), checked to lie within
-  ``[t0, t1]`` (rule ``storage-clock``), and the model's clock is set to exactly that time
-  before the same call is made on the model. The model therefore decides due-ness and
-  expiry at the instant the backend did and writes the same timestamps, so timestamps
-  are compared too (within ``MachineConfig.tolerance``, 1 ms, for backends that store
-  milliseconds) and no decision of the two ever sits on either side of a boundary. A
-  call that produced no time (an empty claim, a refused report, a redrive of nothing)
-  runs on the model at ``t0``: an empty claim is wrong exactly when something was due at
-  ``t0``, which is no later than the backend's own time.
-* **"Either is fine" branches**, where the SPEC leaves a choice: tasks tied on due time
-  (any of them may fill the last slots of a claim: the machine checks the choice is a
-  prefix of the due order up to ties, then has the model claim the same tasks); claims
-  by several workers at once (each claimed task must have been claimable at its claim's
-  time, and no task may go to a second worker while the first one's lease is live; the
-  model then applies them in claim-time order); ``stats().due`` read between ``t0`` and
-  ``t1`` (any count between the model's at ``t0`` and at ``t1``); DLQ pages after the
-  DLQ changed mid-listing (only the SPEC's promise: no repeat and no skip of a task that
-  stayed DEAD; without changes, pages must equal the model's).
-* **Leases and delays expire by letting the storage clock pass them: short real leases,
-  no test-only clock offset.** Two lengths, nothing in between: ``instant`` (200 µs) and
-  ``long`` (10 min). At the end of any step that set an instant lease or delay the
-  machine waits until ``storage.now()`` is past it (usually it already is: the step's
-  own checks take longer), so by the next step it has always expired; a long one never
-  expires within an example. No decision depends on how fast the steps ran, so a
-  program replays exactly (a medium "short" lease and an explicit wait step were tried:
-  a GC pause or a slow backend let such leases expire on their own, and hypothesis
-  reported ``FlakyStrategyDefinition`` while shrinking). A worker that reports after its
-  lease expired is ``work(lease='instant', ...)`` or ``complete`` on an instant claim.
-
-Reproduction: hypothesis prints the shrunk program (``state.claim(worker=0, ...)``) and a
-``@reproduce_failure`` blob; :func:`run` adds a note with the backend, the profile, the
-seed and the command that replays it. The ``ci`` profile is derandomized by a fixed seed
-(rather than ``derandomize=True``, which forbids an example database), so a CI cache of
-the database (``.hypothesis/rdq-stateful/<backend>/``) replays earlier failures first.
-"""
+"""The machine: :class:`BackendVsModel`, its rules and its invariants (see
+:mod:`rdq_compliance.stateful` for what it checks and how time is handled)."""
 
 from __future__ import annotations
 
-import random
-import re
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn
 
-import hypothesis
-from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
@@ -98,18 +19,44 @@ from hypothesis.stateful import (
     multiple,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
-from rdq_compliance import rules
-from rdq_compliance.stateful_model import (
+from rdq_compliance.stateful.model import (
     Due,
     ReferenceModel,
     numbering_differs,
     task_differences,
 )
-from rdq_compliance.suite.concurrency import CLOCK_SLACK, between, close_to, history_problem
-from rdq_core.backend import Backend, Server
+from rdq_compliance.stateful.records import (
+    ClaimRecord,
+    HeldClaim,
+    Observation,
+    Paging,
+    Result,
+    RunStats,
+    StatefulViolation,
+    Target,
+    attempt,
+)
+from rdq_compliance.stateful.world import (
+    DELAYS,
+    DLQ_FILTERS,
+    ERRORS,
+    FAILURES,
+    HANDLERS,
+    HEADERS,
+    LEASE,
+    OUTCOMES,
+    PAYLOADS,
+    QUEUE,
+    QUEUES,
+    RETRY_DELAYS,
+    SELECTORS,
+    TASK_IDS,
+    WORKERS,
+    MachineConfig,
+)
+from rdq_compliance.suite.concurrency import between, close_to, history_problem
 from rdq_core.errors import NotFound
 from rdq_core.model import (
     ByIds,
@@ -125,230 +72,6 @@ from rdq_core.model import (
     Task,
 )
 from rdq_core.spi import Storage
-
-# ---- the world the machine plays in -------------------------------------------------------------
-
-#: Task ids; a small pool, so duplicates and ids of another queue come up often.
-TASK_IDS = ("t0", "t1", "t2", "t3")
-QUEUES = ("qa", "qb")
-HANDLERS = ("h1", "h2")
-#: How many logical workers, each with its own connection.
-WORKERS = 3
-ERRORS: tuple[ErrorInfo | None, ...] = (
-    None,
-    ErrorInfo("app.Timeout", "timed out"),
-    ErrorInfo("app.Bad", "bad input", "line 1"),
-)
-HEADERS: tuple[dict[str, str], ...] = ({}, {"trace": "a1"}, {"lang": "é", "empty": ""})
-#: Payloads: any bytes, and the ones stores have mangled (NUL, not UTF-8, empty).
-PAYLOADS: st.SearchStrategy[bytes] = st.one_of(
-    st.sampled_from((b"", b"\x00", b"a\x00b", b"\xff\xfe\x00\x80")), st.binary(max_size=8)
-)
-#: Lease lengths (see "Time" above): two claims in three expire by the next step.
-LEASES = ("instant", "long")
-LEASE: st.SearchStrategy[str] = st.integers(0, 2).map(lambda n: LEASES[n == 2])
-#: Enqueue delays: ``past`` is a back-dated task, due already.
-DELAYS = ("now", "past", "instant", "long")
-RETRY_DELAYS = ("now", "instant", "long")
-#: How a dead-letter call names its failure.
-FAILURES = {"permanent": Outcome.PERMANENT_FAILURE, "retryable": Outcome.RETRYABLE_FAILURE}
-#: What a worker reports in a ``work`` step.
-OUTCOMES = ("complete", "retry", "fail", "exhausted", "crash")
-DLQ_FILTERS = (
-    DlqFilter(everything=True),
-    DlqFilter(),
-    DlqFilter(handler="h1"),
-    DlqFilter(error_type="app.Timeout"),
-    DlqFilter(handler="h2", error_type="app.Bad"),
-)
-#: Most steps act on the first queue (long histories need several steps on one queue);
-#: one in four on the other, which is enough to test isolation.
-QUEUE: st.SearchStrategy[str] = st.integers(0, 3).map(lambda n: QUEUES[n == 3])
-SELECTORS: st.SearchStrategy[Selector] = st.one_of(
-    st.just(DlqFilter(everything=True)),
-    st.lists(st.sampled_from(TASK_IDS), max_size=3, unique=True).map(ByIds),
-    st.sampled_from(DLQ_FILTERS[1:]),
-)
-
-
-@dataclass(frozen=True)
-class MachineConfig:
-    """Timing of the machine. The defaults keep an example well under a second."""
-
-    instant: timedelta = timedelta(microseconds=200)
-    long: timedelta = timedelta(minutes=10)
-    past: timedelta = timedelta(seconds=-1)
-    #: How far a backend's timestamp may be from the model's (coarse storage clocks).
-    tolerance: timedelta = CLOCK_SLACK
-    #: How long a claim by every worker at once may take before it counts as hung.
-    thread_timeout: float = 30.0
-    #: How long the storage clock may take to pass an ``instant`` deadline.
-    settle_timeout: float = 30.0
-
-    def lease(self, tier: str) -> timedelta:
-        return {"instant": self.instant, "long": self.long}[tier]
-
-    def delay(self, tier: str) -> timedelta:
-        if tier == "now":
-            return timedelta(0)
-        if tier == "past":
-            return self.past
-        return self.lease(tier)
-
-
-# ---- where the machine runs ---------------------------------------------------------------------
-
-
-class Target(Protocol):
-    """Where the machine runs: a fresh, isolated namespace per example."""
-
-    name: str
-
-    def new_namespace(self) -> str: ...
-
-    def connect(self, namespace: str) -> Storage: ...
-
-    def drop_namespace(self, namespace: str) -> None: ...
-
-
-@dataclass
-class BackendTarget:
-    """A backend plugin and a server it provisioned (what the pytest plugin holds)."""
-
-    backend: Backend
-    server: Server
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        self.name = self.name or self.backend.name
-
-    def new_namespace(self) -> str:
-        return self.server.create_namespace()
-
-    def connect(self, namespace: str) -> Storage:
-        return self.backend.open(self.server.dsn, namespace)
-
-    def drop_namespace(self, namespace: str) -> None:
-        self.server.drop_namespace(namespace)
-
-
-@dataclass
-class RunStats:
-    """What a run did; filled in as it goes (the kit's own tests read it)."""
-
-    examples: int = 0
-    steps: int = 0
-    failures: int = 0
-    first_failure_example: int | None = None
-    first_failure_seconds: float | None = None
-    #: Steps of the last failing example: hypothesis replays the shrunk program last.
-    shrunk_steps: int | None = None
-    last_rule: str | None = None
-    started: float = field(default_factory=time.perf_counter)
-
-    def failed(self, steps: int, rule: str) -> None:
-        self.failures += 1
-        if self.first_failure_example is None:
-            self.first_failure_example = self.examples
-            self.first_failure_seconds = time.perf_counter() - self.started
-        self.shrunk_steps = steps
-        self.last_rule = rule
-
-
-class StatefulViolation(AssertionError):
-    """The backend broke a rule; the message starts with the rule's id."""
-
-    def __init__(self, rule: str, detail: str) -> None:
-        super().__init__(rules.message(rule, detail))
-        self.rule = rule
-
-
-# ---- small records ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a call did: returned ``value`` or raised ``error``."""
-
-    value: Any = None
-    error: Exception | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def describe(self) -> str:
-        if self.error is None:
-            return f"returned {self.value!r}"
-        return f"raised {type(self.error).__name__}({str(self.error)[:300]!r})"
-
-
-def attempt(fn: Callable[..., Any], *args: Any) -> Result:
-    try:
-        return Result(fn(*args))
-    except Exception as exc:  # every outcome is compared, none escapes unexamined
-        return Result(error=exc)
-
-
-@dataclass(eq=False)
-class HeldClaim:
-    """A claim a worker holds (a value of the ``claims`` bundle), current or stale."""
-
-    serial: int
-    worker: int
-    task_id: str
-    token: str
-    model_token: str
-
-    def __repr__(self) -> str:
-        return f"<claim #{self.serial} of {self.task_id!r} by worker {self.worker}>"
-
-
-@dataclass
-class ClaimRecord:
-    """One claim handed out, for the one rule: when it was live, how it ended."""
-
-    serial: int
-    worker: int
-    task_id: str
-    token: str
-    claimed_at: datetime
-    lease_end: datetime
-    #: when an outcome with this token was accepted
-    ended_at: datetime | None = None
-    #: when another claim took the task over
-    superseded_at: datetime | None = None
-    #: lease end at the moment another claim took the task over
-    lease_end_at_takeover: datetime | None = None
-    outcomes: int = 0
-
-
-@dataclass
-class Paging:
-    """A DLQ listing in progress, one page per step, other steps in between."""
-
-    queue: str
-    filter: DlqFilter | None
-    size: int
-    cursor: str
-    model_cursor: str | None
-    mutations: int
-    #: DEAD (matching the filter) when the listing started and ever since: id -> dead_at
-    stayed: dict[str, datetime | None]
-    seen: dict[str, int]
-
-
-@dataclass
-class Observation:
-    """The backend's and the model's observable state after a step."""
-
-    t0: datetime
-    t1: datetime
-    tasks: dict[str, Task | None]
-    model: dict[str, Task | None]
-    stats: dict[str, QueueStats]
-    dlq: dict[str, DlqPage]
-
 
 # ---- rule selection -----------------------------------------------------------------------------
 
@@ -1260,96 +983,3 @@ def _stats(s: QueueStats) -> str:
     )
 
 
-# ---- settings profiles and the runner -----------------------------------------------------------
-
-#: ``ci``: bounded and derandomized (a fixed seed), for every CI run and the conformance run.
-#: ``deep``: many more and longer programs, a fresh random seed each run (printed).
-PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"max_examples": 100, "stateful_step_count": 30},
-    "deep": {"max_examples": 2000, "stateful_step_count": 60},
-}
-COMMON: dict[str, Any] = {
-    "deadline": None,
-    # no "explain" phase: it replays the failing program hundreds of times to annotate it
-    "phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
-    "print_blob": True,
-    "report_multiple_bugs": False,
-    "suppress_health_check": [
-        HealthCheck.too_slow,
-        HealthCheck.filter_too_much,
-        HealthCheck.data_too_large,
-    ],
-}
-#: The seed of the ``ci`` profile (``deep`` draws one per run).
-CI_SEED = 0
-
-
-def register_profiles() -> None:
-    """Register hypothesis profiles ``rdq-ci`` and ``rdq-deep`` (not loaded: the machine
-    passes its settings explicitly, so a project's own hypothesis profile is untouched)."""
-    for name, values in PROFILES.items():
-        hypothesis.settings.register_profile(f"rdq-{name}", **COMMON, **values)
-
-
-register_profiles()
-
-
-def settings_for(profile: str, database: ExampleDatabase | None = None) -> hypothesis.settings:
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
-    return hypothesis.settings(hypothesis.settings.get_profile(f"rdq-{profile}"), database=database)
-
-
-def database_for(root: Path, backend: str) -> DirectoryBasedExampleDatabase:
-    """The example database of one backend: ``<root>/.hypothesis/rdq-stateful/<backend>``."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", backend)
-    return DirectoryBasedExampleDatabase(root / ".hypothesis" / "rdq-stateful" / safe)
-
-
-def pick_seed(profile: str, seed: int | None = None) -> int:
-    if seed is not None:
-        return seed
-    return CI_SEED if profile == "ci" else random.SystemRandom().randrange(2**32)
-
-
-def run(
-    target: Target,
-    *,
-    profile: str = "ci",
-    settings: hypothesis.settings | None = None,
-    seed: int | None = None,
-    database: ExampleDatabase | None = None,
-    config: MachineConfig | None = None,
-    stats: RunStats | None = None,
-    rerun: str | None = None,
-) -> RunStats:
-    """Run the machine on ``target``; raise (with the shrunk program) if the backend
-    breaks a rule. ``settings`` overrides ``profile``; ``rerun`` is the command line that
-    replays the run, for the failure note (a ``{seed}`` in it is filled in)."""
-    stats = stats if stats is not None else RunStats()
-    used_seed = pick_seed(profile, seed)
-    chosen = settings if settings is not None else settings_for(profile, database)
-    cfg = config or MachineConfig()
-
-    def machine() -> BackendVsModel:
-        return BackendVsModel(target, cfg, stats)
-
-    hypothesis.seed(used_seed)(machine)
-    try:
-        # any callable returning a machine is accepted (hypothesis types it as the class)
-        run_state_machine_as_test(machine, settings=chosen)  # type: ignore[arg-type]
-    except BaseException as exc:
-        where = getattr(chosen.database, "path", None)
-        note = (
-            f"rdq stateful machine: backend {target.name!r}, profile {profile!r}, seed "
-            f"{used_seed}, {stats.examples} examples, {stats.steps} steps, "
-            f"{time.perf_counter() - stats.started:.1f}s."
-        )
-        if rerun:
-            note += f"\nReplay: {rerun.format(seed=used_seed)}"
-        if where is not None:
-            note += f"\nThe failing program is kept in {where} and replays first next run."
-        if hasattr(exc, "add_note"):
-            exc.add_note(note)
-        raise
-    return stats

@@ -1,0 +1,121 @@
+"""The settings profiles (``ci``, ``deep``), the example database, and :func:`run`."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+from hypothesis import HealthCheck, Phase
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.stateful import (
+    run_state_machine_as_test,
+)
+
+from rdq_compliance.stateful.machine import (
+    BackendVsModel,
+)
+from rdq_compliance.stateful.records import (
+    RunStats,
+    Target,
+)
+from rdq_compliance.stateful.world import (
+    MachineConfig,
+)
+
+# ---- settings profiles and the runner -----------------------------------------------------------
+
+#: ``ci``: bounded and derandomized (a fixed seed), for every CI run and the conformance run.
+#: ``deep``: many more and longer programs, a fresh random seed each run (printed).
+PROFILES: dict[str, dict[str, Any]] = {
+    "ci": {"max_examples": 100, "stateful_step_count": 30},
+    "deep": {"max_examples": 2000, "stateful_step_count": 60},
+}
+COMMON: dict[str, Any] = {
+    "deadline": None,
+    # no "explain" phase: it replays the failing program hundreds of times to annotate it
+    "phases": (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+    "print_blob": True,
+    "report_multiple_bugs": False,
+    "suppress_health_check": [
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+    ],
+}
+#: The seed of the ``ci`` profile (``deep`` draws one per run).
+CI_SEED = 0
+
+
+def register_profiles() -> None:
+    """Register hypothesis profiles ``rdq-ci`` and ``rdq-deep`` (not loaded: the machine
+    passes its settings explicitly, so a project's own hypothesis profile is untouched)."""
+    for name, values in PROFILES.items():
+        hypothesis.settings.register_profile(f"rdq-{name}", **COMMON, **values)
+
+
+register_profiles()
+
+
+def settings_for(profile: str, database: ExampleDatabase | None = None) -> hypothesis.settings:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
+    return hypothesis.settings(hypothesis.settings.get_profile(f"rdq-{profile}"), database=database)
+
+
+def database_for(root: Path, backend: str) -> DirectoryBasedExampleDatabase:
+    """The example database of one backend: ``<root>/.hypothesis/rdq-stateful/<backend>``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", backend)
+    return DirectoryBasedExampleDatabase(root / ".hypothesis" / "rdq-stateful" / safe)
+
+
+def pick_seed(profile: str, seed: int | None = None) -> int:
+    if seed is not None:
+        return seed
+    return CI_SEED if profile == "ci" else random.SystemRandom().randrange(2**32)
+
+
+def run(
+    target: Target,
+    *,
+    profile: str = "ci",
+    settings: hypothesis.settings | None = None,
+    seed: int | None = None,
+    database: ExampleDatabase | None = None,
+    config: MachineConfig | None = None,
+    stats: RunStats | None = None,
+    rerun: str | None = None,
+) -> RunStats:
+    """Run the machine on ``target``; raise (with the shrunk program) if the backend
+    breaks a rule. ``settings`` overrides ``profile``; ``rerun`` is the command line that
+    replays the run, for the failure note (a ``{seed}`` in it is filled in)."""
+    stats = stats if stats is not None else RunStats()
+    used_seed = pick_seed(profile, seed)
+    chosen = settings if settings is not None else settings_for(profile, database)
+    cfg = config or MachineConfig()
+
+    def machine() -> BackendVsModel:
+        return BackendVsModel(target, cfg, stats)
+
+    hypothesis.seed(used_seed)(machine)
+    try:
+        # any callable returning a machine is accepted (hypothesis types it as the class)
+        run_state_machine_as_test(machine, settings=chosen)  # type: ignore[arg-type]
+    except BaseException as exc:
+        where = getattr(chosen.database, "path", None)
+        note = (
+            f"rdq stateful machine: backend {target.name!r}, profile {profile!r}, seed "
+            f"{used_seed}, {stats.examples} examples, {stats.steps} steps, "
+            f"{time.perf_counter() - stats.started:.1f}s."
+        )
+        if rerun:
+            note += f"\nReplay: {rerun.format(seed=used_seed)}"
+        if where is not None:
+            note += f"\nThe failing program is kept in {where} and replays first next run."
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        raise
+    return stats
