@@ -171,7 +171,7 @@ class BackendVsModel(RuleBasedStateMachine):
         self.context = context
 
     def _fail(self, rule: str, detail: str) -> NoReturn:
-        self.stats.failed(self.steps, rule)
+        self.stats.failed(self.steps)
         raise StatefulViolation(rule, f"step {self.steps} {self.step_label}: {detail}")
 
     def _now(self) -> datetime:

@@ -98,11 +98,6 @@ class ReferenceModel(MemoryStore):
             row = self._rows.get(task_id)
             return None if row is None else row.dead_at
 
-    def deadlines(self) -> list[datetime]:
-        """Every due time and lease expiry still ahead of some claim."""
-        with self._lock:
-            return [r.due_at for r in self._rows.values() if r.due_at is not None]
-
     # ---- the one write the reference store does not offer --------------------------------------
 
     def claim_ids(self, queue: str, ids: Iterable[str], lease: timedelta) -> list[Claim]:

@@ -66,16 +66,14 @@ class RunStats:
     first_failure_seconds: float | None = None
     #: Steps of the last failing example: hypothesis replays the shrunk program last.
     shrunk_steps: int | None = None
-    last_rule: str | None = None
     started: float = field(default_factory=time.perf_counter)
 
-    def failed(self, steps: int, rule: str) -> None:
+    def failed(self, steps: int) -> None:
         self.failures += 1
         if self.first_failure_example is None:
             self.first_failure_example = self.examples
             self.first_failure_seconds = time.perf_counter() - self.started
         self.shrunk_steps = steps
-        self.last_rule = rule
 
 
 class StatefulViolation(AssertionError):
