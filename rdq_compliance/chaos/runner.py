@@ -130,6 +130,8 @@ def make_tasks(scenario: Scenario) -> list[NewTask]:
         payload: dict[str, object] = {"kind": kind}
         if kind == "overrun":
             payload.update(s=round(lease * mix.factor, 4), times=mix.times, after=0.02)
+            if mix.abandon:
+                payload["abandon"] = True
         else:
             payload["s"] = round(rng.uniform(*mix.duration), 4)
         if kind == "flaky":

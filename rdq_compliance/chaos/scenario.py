@@ -95,7 +95,10 @@ class HandlerMix:
     - ``overrun``: its first ``times`` attempts run for ``lease * factor`` while the
       worker's heartbeats for it are dropped (a blocked loop): the lease expires under it,
       the task is reclaimed with LEASE_EXPIRED, and the zombie's late outcome must be
-      refused; later attempts work like ``ok``.
+      refused; later attempts work like ``ok``. With ``abandon = true`` the
+      zombie then gives the claim up without reporting anything, as a worker that died
+      would (without the cost of a new process): the task is left to the reclaim, so a
+      backend whose reclaim fails keeps it stuck instead of a late report rescuing it.
 
     An entry of ``[workload.handlers]`` is named after its behaviour (``ok = {...}``) or
     names it (``slow = { kind = "ok", duration = ["0.8s", "1.4s"], weight = 5 }``), so a
@@ -110,6 +113,7 @@ class HandlerMix:
     failures: tuple[int, int] = (1, 2)
     factor: float = 1.8
     times: int = 1
+    abandon: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,13 @@ def _show(value: object) -> str:
 def check_seed(value: object, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
         raise ScenarioError(f"{key}: expected an integer in [0, 2**63), got {_show(value)}")
+    return value
+
+
+def _flag(t: _Table, name: str, default: bool) -> bool:
+    value = t.get(name, default)
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{t.key(name)}: must be true or false, got {value!r}")
     return value
 
 
@@ -367,7 +378,7 @@ _HANDLER_KEYS: dict[str, tuple[str, ...]] = {
     "ok": ("kind", "weight", "duration"),
     "flaky": ("kind", "weight", "duration", "failures"),
     "permanent": ("kind", "weight", "duration"),
-    "overrun": ("kind", "weight", "factor", "times"),
+    "overrun": ("kind", "weight", "factor", "times", "abandon"),
 }
 
 
@@ -398,6 +409,7 @@ def _handler(t: _Table, name: str) -> HandlerMix:
         if kind == "overrun"
         else d.factor,
         times=_int(t, "times", d.times, low=1) if kind == "overrun" else d.times,
+        abandon=_flag(t, "abandon", d.abandon) if kind == "overrun" else d.abandon,
     )
     t.done(_HANDLER_KEYS[kind])
     return mix

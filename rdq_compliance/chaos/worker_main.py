@@ -168,12 +168,35 @@ class HeartbeatDropped(Exception):
     """The storage wrapper dropped a heartbeat (the task's loop is 'blocked')."""
 
 
-class ChaosStorage:
-    """Wraps the real storage; ``extend_lease`` of a blocked claim never reaches it."""
+class ReportDropped(Exception):
+    """The storage wrapper dropped the outcome of an abandoned claim (the worker 'died'
+    before reporting it; the journal says nothing of it either)."""
 
-    def __init__(self, inner: Storage, blocked: Blocked) -> None:
+
+class ChaosStorage:
+    """Wraps the real storage; ``extend_lease`` of a blocked claim and the outcome of an
+    abandoned one never reach it."""
+
+    def __init__(self, inner: Storage, blocked: Blocked, abandoned: Blocked) -> None:
         self._inner = inner
         self._blocked = blocked
+        self._abandoned = abandoned
+
+    def _dropped(self, task_id: str, token: str) -> None:
+        if token in self._abandoned:
+            raise ReportDropped(f"outcome of {task_id!r} dropped (claim abandoned)")
+
+    def complete(self, task_id: str, token: str) -> None:
+        self._dropped(task_id, token)
+        self._inner.complete(task_id, token)
+
+    def reschedule(self, task_id: str, token: str, *args: Any) -> None:
+        self._dropped(task_id, token)
+        self._inner.reschedule(task_id, token, *args)
+
+    def dead_letter(self, task_id: str, token: str, *args: Any) -> None:
+        self._dropped(task_id, token)
+        self._inner.dead_letter(task_id, token, *args)
 
     def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         if token in self._blocked:
@@ -185,12 +208,16 @@ class ChaosStorage:
 
 
 class ChaosObserver(JournalObserver):
-    """The journal, plus the kill points, plus silence about dropped heartbeats."""
+    """The journal, plus the kill points, plus silence about dropped heartbeats and the
+    dropped outcomes of abandoned claims."""
 
-    def __init__(self, journal: LockedJournal, switch: KillSwitch, blocked: Blocked) -> None:
+    def __init__(
+        self, journal: LockedJournal, switch: KillSwitch, blocked: Blocked, abandoned: Blocked
+    ) -> None:
         super().__init__(journal)
         self.switch = switch
         self.blocked = blocked
+        self.abandoned = abandoned
 
     def on_claim(self, claims: Sequence[Claim]) -> None:
         first = claims[0]
@@ -205,11 +232,20 @@ class ChaosObserver(JournalObserver):
             super().on_heartbeat(task_id, token, result)
 
     def on_report_begin(self, kind: ReportKind, task_id: str, token: str) -> None:
+        if token in self.abandoned:
+            return
         self.switch.fire("before_report", task_id, token)
         super().on_report_begin(kind, task_id, token)
 
+    def on_report_end(
+        self, kind: ReportKind, task_id: str, token: str, result: ReportResult
+    ) -> None:
+        if not isinstance(result, ReportDropped):
+            super().on_report_end(kind, task_id, token, result)
+
     def on_report(self, kind: ReportKind, task_id: str, token: str, result: ReportResult) -> None:
-        self.switch.fire("after_report", task_id, token)
+        if token not in self.abandoned:
+            self.switch.fire("after_report", task_id, token)
 
 
 # ---- the handlers -------------------------------------------------------------------------
@@ -218,9 +254,10 @@ class ChaosObserver(JournalObserver):
 class ChaosHandler:
     """Runs a task as its payload says; see :class:`~rdq_compliance.chaos.scenario.HandlerMix`."""
 
-    def __init__(self, switch: KillSwitch, blocked: Blocked) -> None:
+    def __init__(self, switch: KillSwitch, blocked: Blocked, abandoned: Blocked) -> None:
         self.switch = switch
         self.blocked = blocked
+        self.abandoned = abandoned
 
     def work(self, ctx: TaskContext, seconds: float) -> None:
         """Sleep and burn a little CPU for ``seconds``; a kill point between steps."""
@@ -253,6 +290,8 @@ class ChaosHandler:
                 self.blocked.add(ctx.token)
                 try:
                     self.work(ctx, seconds)  # ignores ctx.lease_lost: the loop is blocked
+                    if spec.get("abandon"):
+                        self.abandoned.add(ctx.token)  # its outcome is never reported
                 finally:
                     self.blocked.discard(ctx.token)
             else:
@@ -295,6 +334,7 @@ def run(config: WorkerConfig) -> int:
     journal = LockedJournal(Journal(Path(config.journal), config.proc))
     switch = KillSwitch(Path(config.control), journal)
     blocked = Blocked()
+    abandoned = Blocked()
 
     def on_term(signum: int, frame: object) -> None:
         stop.set()
@@ -304,10 +344,9 @@ def run(config: WorkerConfig) -> int:
     switch.poll()
     storage = open_storage(config.spec)
     try:
-        wrapped = cast(Storage, ChaosStorage(storage, blocked))
-        worker = build_worker(
-            config, wrapped, ChaosObserver(journal, switch, blocked), ChaosHandler(switch, blocked)
-        )
+        wrapped = cast(Storage, ChaosStorage(storage, blocked, abandoned))
+        observer = ChaosObserver(journal, switch, blocked, abandoned)
+        worker = build_worker(config, wrapped, observer, ChaosHandler(switch, blocked, abandoned))
         loop = threading.Thread(target=worker.run, args=(stop,), name=f"{config.proc}-loop")
         loop.start()
         while loop.is_alive():  # the main thread handles signals and watches the control file
