@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from psycopg import sql
 
 if TYPE_CHECKING:
     from rdq_postgres.local import LocalPostgresServer
+    from rdq_postgres.storage import PostgresStorage
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -83,3 +85,21 @@ def ensure_running(server: LocalPostgresServer) -> None:
     """Restart ``server`` if a test left it killed (so later tests of the module run)."""
     if not server.cluster.running:
         server.restart()
+
+
+def sleep_on_server(
+    storage: PostgresStorage, seconds: int = 30
+) -> tuple[threading.Thread, list[BaseException]]:
+    """Start ``SELECT pg_sleep(seconds)`` through ``storage`` in a thread; the list
+    collects what the call raised (a test then kills the server or cuts the session)."""
+    errors: list[BaseException] = []
+
+    def sleeper() -> None:
+        try:
+            storage._run("sleep", lambda conn: conn.execute(f"SELECT pg_sleep({int(seconds)})"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    return thread, errors

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
-from _pg_support import ensure_running, local_server
+from _pg_support import ensure_running, local_server, sleep_on_server
 from rdq_postgres.connection import POOL_TIMEOUT_S
 from rdq_postgres.local import LocalPostgresServer
 from rdq_postgres.storage import PostgresStorage
@@ -116,18 +116,9 @@ def test_a_statement_cut_by_the_kill_is_backend_unavailable_and_the_next_call_fa
     server: LocalPostgresServer, namespace: str
 ) -> None:
     storage = PostgresStorage(server.dsn, namespace)
-    errors: list[BaseException] = []
     try:
         storage.now()
-
-        def sleeper() -> None:
-            try:
-                storage._run("sleep", lambda conn: conn.execute("SELECT pg_sleep(30)"))
-            except BaseException as exc:
-                errors.append(exc)
-
-        thread = threading.Thread(target=sleeper)
-        thread.start()
+        thread, errors = sleep_on_server(storage)
         time.sleep(0.3)  # the statement is running on the server
         server.kill()
         thread.join(10)

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from _pg_support import require_server
+from _pg_support import require_server, sleep_on_server
 from rdq_postgres.errors import mask_dsn
 from rdq_postgres.plugin import PostgresServer, backend
 from rdq_postgres.storage import PostgresStorage
@@ -76,16 +76,7 @@ def test_next_call_after_pg_terminate_backend_succeeds_or_is_backend_unavailable
 
 def test_session_cut_mid_statement_is_backend_unavailable(storage, raw):
     storage.now()
-    errors: list[BaseException] = []
-
-    def sleeper() -> None:
-        try:
-            storage._run("sleep", lambda c: c.execute("SELECT pg_sleep(30)"))
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=sleeper)
-    thread.start()
+    thread, errors = sleep_on_server(storage)
     deadline = time.monotonic() + 10
     while True:
         busy = raw.execute(
