@@ -463,7 +463,7 @@ class Bench:
         if args.local:
             from rdq_postgres.local import start_local_server
 
-            from rdq_core.backend import ProvisionRequest
+            from rdq_compliance.provision.backend import ProvisionRequest
 
             request = ProvisionRequest(workdir=self.tmp / "server", allow_docker=False)
             self.server = start_local_server(request)

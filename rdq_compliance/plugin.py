@@ -7,8 +7,8 @@ whatever else pytest collected. Without a backend the plugin stays out of the wa
 
 Fixtures for suites and for a backend author's own tests:
 
-``rdq_backend``      the :class:`~rdq_core.backend.Backend` under test (session)
-``rdq_server``       the provisioned :class:`~rdq_core.backend.Server` (session)
+``rdq_backend``      the :class:`~rdq_compliance.provision.backend.Backend` under test (session)
+``rdq_server``       the provisioned :class:`~rdq_compliance.provision.backend.Server` (session)
 ``rdq_capabilities`` what the backend declares (session)
 ``rdq_spec``         a fresh, isolated namespace as a picklable ``StorageSpec``
 ``rdq_storage``      a ``Storage`` opened on that namespace
@@ -29,8 +29,14 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance import registry, rules, settings
-from rdq_core.backend import Backend, ProvisionRequest, Server, StorageSpec
-from rdq_core.errors import InvalidArgument, NotFound, ProvisionUnavailable, RdqError
+from rdq_compliance.provision.backend import (
+    Backend,
+    ProvisionRequest,
+    ProvisionUnavailable,
+    Server,
+    StorageSpec,
+)
+from rdq_core.errors import InvalidArgument, NotFound, RdqError
 from rdq_core.model import Capabilities
 from rdq_core.spi import Storage
 

@@ -11,7 +11,7 @@ import importlib
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
-from rdq_core.backend import Backend, StorageSpec
+from rdq_compliance.provision.backend import Backend, StorageSpec
 from rdq_core.errors import RdqError
 from rdq_core.spi import Storage
 
@@ -58,7 +58,7 @@ def load_backend(name: str) -> Backend:
         obj = obj()
     if not isinstance(obj, Backend):
         raise UnknownBackend(
-            f"{origin} is a {type(obj).__name__}, not an rdq_core.backend.Backend instance"
+            f"{origin} is a {type(obj).__name__}, not an rdq_compliance.provision.Backend instance"
         )
     return obj
 

@@ -39,7 +39,3 @@ class BackendUnavailable(RdqError):
 
     The operation may or may not have taken effect; callers retry with the same token.
     """
-
-
-class ProvisionUnavailable(RdqError):
-    """No server could be provisioned for a backend; the message names the remedies."""

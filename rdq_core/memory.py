@@ -8,13 +8,11 @@ backend is compared with this one.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from rdq_core import cursor as cursors
-from rdq_core.backend import Backend, ProvisionRequest, Server
 from rdq_core.errors import IdConflict, InvalidArgument, NotFound, StaleClaim
 from rdq_core.model import (
     LEASE_EXPIRED_ERROR,
@@ -348,50 +346,3 @@ class MemoryStore(Storage):
 
     def close(self) -> None:
         """Nothing to release; the data stays for other handles on the same namespace."""
-
-
-# ---- the backend plugin: namespaces are stores in this process ------------------------------
-
-
-class _MemoryServer(Server):
-    dsn = "memory:"
-    origin = "in-process"
-
-    def __init__(self, backend: MemoryBackend) -> None:
-        self._backend = backend
-
-    def create_namespace(self) -> str:
-        ns = uuid.uuid4().hex
-        self._backend.stores[ns] = self._backend.store_factory()
-        return ns
-
-    def drop_namespace(self, namespace: str) -> None:
-        self._backend.stores.pop(namespace, None)
-
-    def close(self) -> None:
-        self._backend.stores.clear()
-
-
-class MemoryBackend(Backend):
-    """``--rdq-backend=memory``: the reference store, shared by threads of one process."""
-
-    name = "memory"
-
-    def __init__(
-        self, store_factory: Callable[[], MemoryStore] = MemoryStore, name: str = "memory"
-    ) -> None:
-        self.name = name
-        self.stores: dict[str, MemoryStore] = {}
-        self.store_factory = store_factory
-
-    def provision(self, request: ProvisionRequest) -> Server:
-        return _MemoryServer(self)
-
-    def open(self, dsn: str, namespace: str) -> Storage:
-        store = self.stores.get(namespace)
-        if store is None:
-            store = self.stores[namespace] = self.store_factory()
-        return store
-
-
-backend = MemoryBackend()

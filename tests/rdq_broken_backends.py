@@ -29,10 +29,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
+from rdq_memory.plugin import MemoryBackend
+
 from rdq_core import cursor as cursors
 from rdq_core import validation
 from rdq_core.errors import InvalidArgument, StaleClaim
-from rdq_core.memory import MemoryBackend, MemoryStore, _Row
+from rdq_core.memory import MemoryStore, _Row
 from rdq_core.model import (
     LEASE_EXPIRED_ERROR,
     Attempt,

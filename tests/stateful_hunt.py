@@ -20,10 +20,10 @@ from types import SimpleNamespace
 
 import hypothesis
 import rdq_broken_backends as broken
+from rdq_memory.plugin import MemoryBackend
 
 from rdq_compliance import stateful
-from rdq_core.backend import ProvisionRequest
-from rdq_core.memory import MemoryBackend
+from rdq_compliance.provision.backend import ProvisionRequest
 from rdq_core.model import Task
 
 #: The hunt's budget: the ci profile's programs (up to 30 steps), many more of them.

@@ -78,7 +78,9 @@ def test_import_path_backend_must_be_a_backend(pytester: pytest.Pytester) -> Non
     pytester.syspathinsert()
     result = pytester.runpytest_inprocess("--rdq-backend=notabackend:value")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*notabackend:value is a int, not an rdq_core.backend.Backend*"])
+    result.stderr.fnmatch_lines(
+        ["*notabackend:value is a int, not an rdq_compliance.provision.Backend*"]
+    )
 
 
 def test_registry_finds_builtin_backends_through_entry_points() -> None:
@@ -88,8 +90,8 @@ def test_registry_finds_builtin_backends_through_entry_points() -> None:
 
 
 _UNAVAILABLE = """
-from rdq_core.backend import Backend
-from rdq_core.errors import ProvisionUnavailable
+from rdq_compliance.provision.backend import Backend
+from rdq_compliance.provision.backend import ProvisionUnavailable
 
 class Unavailable(Backend):
     name = "unavailable"
@@ -150,7 +152,7 @@ def test_third_party_backend_via_entry_point(pytester: pytest.Pytester) -> None:
     """A package that only registers an entry point runs the same suite, unchanged."""
     pytester.makepyfile(
         rdq_thirdparty=(
-            "from rdq_core.memory import MemoryBackend\n"
+            "from rdq_memory.plugin import MemoryBackend\n"
             "backend = MemoryBackend(name='thirdparty')\n"
         )
     )

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.stateful
 TESTS_DIR = Path(__file__).resolve().parent
 
 THIRD_PARTY = """
-from rdq_core.memory import MemoryBackend, MemoryStore
+from rdq_core.memory import MemoryStore
+from rdq_memory.plugin import MemoryBackend
 
 
 class TheirStore(MemoryStore):

@@ -41,7 +41,7 @@ from rdq_compliance.chaos.events import INFO, INVOKE, OK
 from rdq_compliance.chaos.fleet import Fleet, WorkerProc
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.scenario import KILL_POINTS, Scenario
-from rdq_core.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER, Server
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER, Server
 from rdq_core.model import ByIds, DlqFilter, Task
 from rdq_core.spi import Storage
 

@@ -43,7 +43,7 @@ from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, dlq_tasks, plan_faults
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.chaos.worker_main import WorkerConfig
-from rdq_core.backend import Backend, ProvisionRequest, Server, StorageSpec
+from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server, StorageSpec
 from rdq_core.errors import BackendUnavailable, NotFound
 from rdq_core.model import NewTask, QueueStats, Task
 from rdq_core.spi import Storage

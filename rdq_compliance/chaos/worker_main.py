@@ -39,8 +39,8 @@ from typing import Any, cast
 
 from rdq_compliance.chaos.events import INFO, Journal
 from rdq_compliance.chaos.journal_observer import JournalObserver, LockedJournal
+from rdq_compliance.provision.backend import StorageSpec
 from rdq_compliance.registry import open_storage
-from rdq_core.backend import StorageSpec
 from rdq_core.model import Claim, Outcome
 from rdq_core.retry import PermanentError, RetryableError, RetryPolicy
 from rdq_core.spi import Storage

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from rdq_compliance import rules
-from rdq_core.backend import Backend, Server
+from rdq_compliance.provision.backend import Backend, Server
 from rdq_core.model import (
     DlqFilter,
     DlqPage,

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rdq_compliance import rules
-from rdq_core.backend import StorageSpec
+from rdq_compliance.provision.backend import StorageSpec
 from rdq_core.errors import StaleClaim
 from rdq_core.model import Status, Task
 from rdq_core.spi import Storage

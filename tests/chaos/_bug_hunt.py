@@ -45,7 +45,7 @@ from rdq_compliance import registry
 from rdq_compliance.chaos.events import OK, Event, read_history
 from rdq_compliance.chaos.runner import CampaignResult, run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
-from rdq_core.backend import ProvisionRequest
+from rdq_compliance.provision.backend import ProvisionRequest
 
 HERE = Path(__file__).resolve().parent
 MODULE = broken.__name__

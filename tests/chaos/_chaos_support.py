@@ -10,8 +10,7 @@ import psutil
 import pytest
 
 from rdq_compliance import registry
-from rdq_core.backend import Backend, ProvisionRequest, Server
-from rdq_core.errors import ProvisionUnavailable
+from rdq_compliance.provision.backend import Backend, ProvisionRequest, ProvisionUnavailable, Server
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

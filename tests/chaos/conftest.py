@@ -15,7 +15,7 @@ if HERE not in sys.path:
 
 from _chaos_support import provision  # noqa: E402
 
-from rdq_core.backend import Backend, Server  # noqa: E402
+from rdq_compliance.provision.backend import Backend, Server  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

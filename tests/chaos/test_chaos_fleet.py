@@ -17,7 +17,7 @@ from rdq_compliance.chaos.events import read_journal
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.runner import worker_template
 from rdq_compliance.chaos.scenario import load_scenario
-from rdq_core.backend import StorageSpec
+from rdq_compliance.provision.backend import StorageSpec
 from rdq_core.model import NewTask
 
 MIB = 1024 * 1024

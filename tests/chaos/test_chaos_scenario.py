@@ -14,7 +14,7 @@ from rdq_compliance.chaos.scenario import (
     parse_duration,
     scenario_from_dict,
 )
-from rdq_core.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER
 
 ALL_FAULTS = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
 

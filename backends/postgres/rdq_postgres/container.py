@@ -29,8 +29,14 @@ from typing import Any
 
 import psycopg
 
-from rdq_core.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER, ProvisionRequest
-from rdq_core.errors import InvalidArgument, ProvisionUnavailable
+from rdq_compliance.provision.backend import (
+    CUT_CONNECTIONS,
+    KILL_SERVER,
+    RESTART_SERVER,
+    ProvisionRequest,
+    ProvisionUnavailable,
+)
+from rdq_core.errors import InvalidArgument
 from rdq_core.localserver import free_port
 from rdq_postgres.plugin import PostgresServer
 

@@ -49,13 +49,14 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from rdq_core.backend import (
+from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     KILL_SERVER,
     RESTART_SERVER,
     ProvisionRequest,
+    ProvisionUnavailable,
 )
-from rdq_core.errors import InvalidArgument, ProvisionUnavailable
+from rdq_core.errors import InvalidArgument
 from rdq_core.localserver import (
     BinaryNotFound,
     ManagedProcess,

@@ -19,7 +19,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from rdq_core.backend import CUT_CONNECTIONS, Backend, ProvisionRequest, Server
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, Backend, ProvisionRequest, Server
 from rdq_core.errors import BackendUnavailable
 from rdq_postgres import schema
 from rdq_postgres.connection import CONNECT_TIMEOUT_S, default_application_name

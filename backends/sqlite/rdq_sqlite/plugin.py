@@ -15,7 +15,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from rdq_core.backend import Backend, ProvisionRequest, Server
+from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
 from rdq_core.errors import InvalidArgument
 from rdq_sqlite.storage import SqliteStorage
 

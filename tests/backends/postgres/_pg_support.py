@@ -61,8 +61,7 @@ def local_server(prefix: str) -> Iterator[LocalPostgresServer]:
     from rdq_postgres.local import LocalPostgresServer
     from rdq_postgres.plugin import backend
 
-    from rdq_core.backend import ProvisionRequest
-    from rdq_core.errors import ProvisionUnavailable
+    from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable
 
     workdir = Path(tempfile.mkdtemp(prefix=prefix))
     try:

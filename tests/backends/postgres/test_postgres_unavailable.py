@@ -16,7 +16,7 @@ from rdq_postgres.errors import mask_dsn
 from rdq_postgres.plugin import PostgresServer, backend
 from rdq_postgres.storage import PostgresStorage
 
-from rdq_core.backend import ProvisionRequest
+from rdq_compliance.provision.backend import ProvisionRequest
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
 

@@ -30,14 +30,15 @@ from rdq_postgres.container import docker_unavailable_reason, start_container
 from rdq_postgres.local import LocalPostgresServer, find_postgres
 from rdq_postgres.plugin import PostgresBackend, PostgresServer, backend
 
-from rdq_core.backend import (
+from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     KILL_SERVER,
     RESTART_SERVER,
     ProvisionRequest,
+    ProvisionUnavailable,
     Server,
 )
-from rdq_core.errors import BackendUnavailable, NotFound, ProvisionUnavailable
+from rdq_core.errors import BackendUnavailable, NotFound
 from rdq_core.localserver import port_open
 from rdq_core.model import NewTask
 
@@ -342,7 +343,7 @@ RUNNER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from rdq_core.backend import ProvisionRequest
+    from rdq_compliance.provision.backend import ProvisionRequest
     from rdq_postgres.plugin import backend
     server = backend.provision(ProvisionRequest(workdir=Path(sys.argv[1]), allow_docker=False))
     print(json.dumps({

@@ -12,7 +12,7 @@ from rdq_sqlite import schema
 from rdq_sqlite.plugin import SqliteBackend, backend
 from rdq_sqlite.storage import SqliteStorage
 
-from rdq_core.backend import ProvisionRequest
+from rdq_compliance.provision.backend import ProvisionRequest
 from rdq_core.errors import (
     BackendUnavailable,
     InvalidArgument,

@@ -1,5 +1,8 @@
 """The plugin interface a backend registers under the ``rdq.backends`` entry point.
 
+This is the kit's side of a backend (its *plugin half*); the storage half implements
+:class:`rdq_core.spi.Storage` and needs nothing from the kit.
+
 A backend package exposes one :class:`Backend` instance, e.g. in its
 ``pyproject.toml``::
 
@@ -19,8 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rdq_core.errors import ProvisionUnavailable
+from rdq_core.errors import RdqError
 from rdq_core.spi import Storage
+
+
+class ProvisionUnavailable(RdqError):
+    """No server could be provisioned for a backend; the message names the remedies."""
+
 
 #: Faults a server may support; the chaos harness only schedules those it declares.
 KILL_SERVER = "kill_server"
