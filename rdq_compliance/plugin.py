@@ -7,6 +7,8 @@ whatever else pytest collected. Without a backend the plugin stays out of the wa
 
 Fixtures for suites and for a backend author's own tests:
 
+``rdq_session``      the :class:`~rdq_compliance.session.Session` (session scope): settings,
+                   backend and provisioned server; every fixture below comes from it
 ``rdq_backend``      the :class:`~rdq_compliance.provision.backend.Backend` under test (session)
 ``rdq_server``       the provisioned :class:`~rdq_compliance.provision.backend.Server` (session)
 ``rdq_capabilities`` what the backend declares (session)
@@ -21,21 +23,14 @@ server faults; ``chaos`` and ``stateful`` tag the long-running suites.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from rdq_compliance import registry, rules, settings
-from rdq_compliance.provision.backend import (
-    Backend,
-    ProvisionRequest,
-    ProvisionUnavailable,
-    Server,
-    StorageSpec,
-)
+from rdq_compliance.provision.backend import Backend, ProvisionUnavailable, Server, StorageSpec
+from rdq_compliance.session import Session
 from rdq_core.errors import InvalidArgument, NotFound, RdqError
 from rdq_core.model import Capabilities
 from rdq_core.spi import Storage
@@ -144,8 +139,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     s = config.stash.get(_SETTINGS, None)
     if s is None or s.backend is None:
         return None
-    where = f"dsn {s.dsn}" if s.dsn else "provisioned by the kit"
-    return f"rdq: backend {s.backend} ({where})"
+    return f"rdq: {settings.describe(s)}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -201,64 +195,52 @@ def rdq_settings(pytestconfig: pytest.Config) -> settings.Settings:
 
 
 @pytest.fixture(scope="session")
-def rdq_backend(rdq_settings: settings.Settings) -> Backend:
+def rdq_session(rdq_settings: settings.Settings, pytestconfig: pytest.Config) -> Iterator[Session]:
+    """The kit's :class:`~rdq_compliance.session.Session`: the backend and its server,
+    provisioned once for the whole test session."""
     if rdq_settings.backend is None:
         pytest.skip("no rdq backend selected: pass --rdq-backend=NAME (or set RDQ_BACKEND)")
-    return registry.load_backend(rdq_settings.backend)
-
-
-@pytest.fixture(scope="session")
-def rdq_server(
-    rdq_backend: Backend, rdq_settings: settings.Settings, pytestconfig: pytest.Config
-) -> Iterator[Server]:
-    workdir = Path(tempfile.mkdtemp(prefix=f"rdq-{rdq_backend.name}-"))
-    request = ProvisionRequest(
-        workdir=workdir,
-        dsn=rdq_settings.dsn,
-        options=dict(rdq_settings.options),
-        allow_docker=rdq_settings.docker,
-    )
+    session = Session(rdq_settings)
+    name = session.backend.name
     try:
-        server = rdq_backend.provision(request)
+        session.start()
     except ProvisionUnavailable as exc:
-        shutil.rmtree(workdir, ignore_errors=True)
-        message = f"rdq backend {rdq_backend.name!r} unavailable: {exc}"
+        message = f"rdq backend {name!r} unavailable: {exc}"
         if rdq_settings.require_backend:
             pytest.fail(message + " (failing because --rdq-require-backend is set)")
         pytest.skip(message)
     except RdqError as exc:
         # A server the user named but that does not answer is an error, never a skip.
-        shutil.rmtree(workdir, ignore_errors=True)
-        pytest.fail(f"rdq backend {rdq_backend.name!r}: {exc}", pytrace=False)
-    pytestconfig.stash[_ORIGIN] = f"{rdq_backend.name} server: {server.origin}"
+        pytest.fail(f"rdq backend {name!r}: {exc}", pytrace=False)
+    pytestconfig.stash[_ORIGIN] = f"{name} server: {session.origin}"
     try:
-        yield server
+        yield session
     finally:
-        server.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        session.close()
 
 
-def _spec_name(backend: Backend, settings_: settings.Settings) -> str:
-    return settings_.backend or backend.name
+@pytest.fixture(scope="session")
+def rdq_backend(rdq_session: Session) -> Backend:
+    return rdq_session.backend
+
+
+@pytest.fixture(scope="session")
+def rdq_server(rdq_session: Session) -> Server:
+    return rdq_session.server
 
 
 @pytest.fixture
-def rdq_spec(
-    rdq_server: Server, rdq_backend: Backend, rdq_settings: settings.Settings
-) -> Iterator[StorageSpec]:
-    namespace = rdq_server.create_namespace()
-    try:
-        yield StorageSpec(_spec_name(rdq_backend, rdq_settings), rdq_server.dsn, namespace)
-    finally:
-        rdq_server.drop_namespace(namespace)
+def rdq_spec(rdq_session: Session) -> Iterator[StorageSpec]:
+    with rdq_session.namespace() as spec:
+        yield spec
 
 
 @pytest.fixture
-def rdq_connect(rdq_backend: Backend, rdq_spec: StorageSpec) -> Iterator[Callable[[], Storage]]:
+def rdq_connect(rdq_session: Session, rdq_spec: StorageSpec) -> Iterator[Callable[[], Storage]]:
     opened: list[Storage] = []
 
     def connect() -> Storage:
-        storage = rdq_backend.open_spec(rdq_spec)
+        storage = rdq_session.open(rdq_spec)
         opened.append(storage)
         return storage
 
@@ -275,16 +257,8 @@ def rdq_storage(rdq_connect: Callable[[], Storage]) -> Storage:
 
 
 @pytest.fixture(scope="session")
-def rdq_capabilities(rdq_server: Server, rdq_backend: Backend) -> Capabilities:
-    namespace = rdq_server.create_namespace()
-    try:
-        storage = rdq_backend.open(rdq_server.dsn, namespace)
-        try:
-            return storage.capabilities()
-        finally:
-            storage.close()
-    finally:
-        rdq_server.drop_namespace(namespace)
+def rdq_capabilities(rdq_session: Session) -> Capabilities:
+    return rdq_session.capabilities()
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,8 @@ import importlib
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
-from rdq_compliance.provision.backend import Backend, StorageSpec
+from rdq_compliance.provision.backend import Backend
 from rdq_core.errors import RdqError
-from rdq_core.spi import Storage
 
 GROUP = "rdq.backends"
 
@@ -61,8 +60,3 @@ def load_backend(name: str) -> Backend:
             f"{origin} is a {type(obj).__name__}, not an rdq_compliance.provision.Backend instance"
         )
     return obj
-
-
-def open_storage(spec: StorageSpec) -> Storage:
-    """Open the storage a spec names; works in any process (entry points are re-read)."""
-    return load_backend(spec.backend).open_spec(spec)

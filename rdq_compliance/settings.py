@@ -18,8 +18,9 @@ backend options    ``--rdq-option KEY=VALUE``   ``RDQ_OPTION_<KEY>``        ``[t
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,25 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 @dataclass(frozen=True)
 class Settings:
+    """The kit's settings, merged. ``sources`` says where ``backend`` and ``dsn`` came from
+    (``"command line"``, ``"RDQ_POSTGRES_DSN"``, ``"[tool.rdq] in /path/pyproject.toml"``)."""
+
     backend: str | None
     dsn: str | None = None
     require_backend: bool = False
     docker: bool = True
     options: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def find_rootpath(start: Path) -> Path:
+    """The folder whose ``pyproject.toml`` a runner without pytest's rootdir reads: the
+    nearest of ``start`` and its parents that holds one (else ``start``)."""
+    start = start.absolute()
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return start
 
 
 def read_pyproject(rootpath: Path) -> dict[str, Any]:
@@ -71,7 +86,7 @@ def _flag(name: str, value: object) -> bool:
     raise InvalidArgument(f"{name}={value!r}: expected true/false (1/0, yes/no)")
 
 
-def parse_options(pairs: list[str]) -> dict[str, str]:
+def parse_options(pairs: Sequence[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -83,24 +98,41 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
 
 def resolve(
     *,
-    cli_backend: str | None,
-    cli_dsn: str | None,
-    cli_require: bool,
-    cli_no_docker: bool,
-    cli_options: list[str],
-    rootpath: Path,
+    cli_backend: str | None = None,
+    cli_dsn: str | None = None,
+    cli_require: bool = False,
+    cli_no_docker: bool = False,
+    cli_options: Sequence[str] = (),
+    rootpath: Path | None = None,
     environ: Mapping[str, str] = os.environ,
 ) -> Settings:
-    """Merge the three sources into :class:`Settings`."""
+    """Merge the three sources into :class:`Settings`. ``rootpath`` is the folder whose
+    ``pyproject.toml`` is read (pytest's rootdir; default: :func:`find_rootpath` of the
+    current directory)."""
+    rootpath = rootpath if rootpath is not None else find_rootpath(Path.cwd())
     table = read_pyproject(rootpath)
-    backend = cli_backend or environ.get("RDQ_BACKEND") or table.get("backend") or None
+    in_pyproject = f"[tool.rdq] in {rootpath / 'pyproject.toml'}"
+    sources: dict[str, str] = {}
+    backend = _first(
+        sources,
+        "backend",
+        ("command line", cli_backend),
+        ("RDQ_BACKEND", environ.get("RDQ_BACKEND")),
+        (in_pyproject, table.get("backend")),
+    )
     sub = table.get(backend, {}) if backend and ":" not in backend else {}
     if not isinstance(sub, dict):
         sub = {}
-    env_dsn = None
-    if backend and ":" not in backend:
-        env_dsn = environ.get(f"RDQ_{backend.upper().replace('-', '_')}_DSN")
-    dsn = cli_dsn or env_dsn or environ.get("RDQ_DSN") or sub.get("dsn") or table.get("dsn")
+    env_name = f"RDQ_{backend.upper().replace('-', '_')}_DSN" if backend else None
+    dsn = _first(
+        sources,
+        "dsn",
+        ("command line", cli_dsn),
+        (str(env_name), environ.get(env_name) if env_name and ":" not in str(backend) else None),
+        ("RDQ_DSN", environ.get("RDQ_DSN")),
+        (f"[tool.rdq.{backend}] in {rootpath / 'pyproject.toml'}", sub.get("dsn")),
+        (in_pyproject, table.get("dsn")),
+    )
     require = cli_require or _flag(
         "require-backend",
         environ.get("RDQ_REQUIRE_BACKEND", table.get("require-backend", False)),
@@ -116,8 +148,37 @@ def resolve(
     options.update(parse_options(cli_options))
     return Settings(
         backend=backend,
-        dsn=str(dsn) if dsn else None,
+        dsn=dsn,
         require_backend=require,
         docker=docker,
         options=options,
+        sources=sources,
     )
+
+
+def mask_dsn(dsn: str) -> str:
+    """A DSN as reports show it: the password of a ``scheme://user:password@host`` URL
+    replaced by ``***`` (anything else is shown as it is)."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*):[^@/]*@", r"\1:***@", dsn)
+
+
+def describe(s: Settings) -> str:
+    """One line for humans: the backend, and the server address or that the kit provisions
+    one, each with where it came from."""
+    backend = f"backend {s.backend}"
+    if "backend" in s.sources:
+        backend += f" (from {s.sources['backend']})"
+    if s.dsn:
+        server = f"given DSN {mask_dsn(s.dsn)} (from {s.sources.get('dsn', 'settings')})"
+    else:
+        server = "server provisioned by the kit"
+    return f"{backend}, {server}"
+
+
+def _first(sources: dict[str, str], name: str, *candidates: tuple[str, object]) -> str | None:
+    """The first candidate value that is set; records its source under ``name``."""
+    for source, value in candidates:
+        if value is not None and str(value) != "":
+            sources[name] = source
+            return str(value)
+    return None

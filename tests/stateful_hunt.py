@@ -11,11 +11,8 @@ hypothesis shrank it to (steps, and the program as hypothesis printed it).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 
 import hypothesis
@@ -23,7 +20,8 @@ import rdq_broken_backends as broken
 from rdq_memory.plugin import MemoryBackend
 
 from rdq_compliance import stateful
-from rdq_compliance.provision.backend import ProvisionRequest
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
 from rdq_core.model import Task
 
 #: The hunt's budget: the ci profile's programs (up to 30 steps), many more of them.
@@ -203,8 +201,8 @@ def hunt(
     store = backend.store_factory
     victims: list[str] = getattr(store, "victims", [])
     victims.clear()
-    workdir = Path(tempfile.mkdtemp(prefix="rdq-hunt-"))
-    server = backend.provision(ProvisionRequest(workdir=workdir))
+    session = Session(Settings(backend=case.variant), backend=backend)
+    session.start()
     settings = hypothesis.settings(
         stateful.settings_for("ci"), max_examples=max_examples, database=None
     )
@@ -213,7 +211,7 @@ def hunt(
     error: BaseException | None = None
     try:
         stateful.run(
-            stateful.BackendTarget(backend, server, name=case.variant),
+            session,
             settings=settings,
             seed=seed,
             stats=stats,
@@ -221,8 +219,7 @@ def hunt(
     except Exception as exc:  # the failure is what we hunt; report it, do not raise
         error = exc
     finally:
-        server.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        session.close()
     violation = _violation(error)
     return Hunt(
         case=case,

@@ -2,12 +2,15 @@
 
 ::
 
-    rdq-chaos run chaos/standard.toml --backend sqlite [--seed N] [--dsn DSN]
+    rdq-chaos run chaos/standard.toml [--backend NAME] [--seed N] [--dsn DSN]
               [--out DIR] [--option KEY=VALUE ...] [--no-docker]
 
-Provisions the backend's server (an explicit ``--dsn``, else local binaries, else a
-container), runs the scenario with a live progress display, writes the report folder
-and prints where it is. Exit status: **0** no violation, **1** violations found (or
+Resolves its settings exactly as the pytest plugin does (:mod:`rdq_compliance.settings`:
+command line, then ``RDQ_*`` environment variables, then ``[tool.rdq]`` of the nearest
+``pyproject.toml``), provisions the server through a
+:class:`~rdq_compliance.session.Session` (the DSN those settings give, else local
+binaries, else a container), runs the scenario with a live progress display, writes the
+report folder and prints where it is. Exit status: **0** no violation, **1** violations found (or
 the checker failed), **2** bad usage, a bad scenario, or no server to run against —
 always with a one-line reason, never a stack trace.
 """
@@ -29,7 +32,8 @@ from rich.table import Table
 from rdq_compliance import registry
 from rdq_compliance.chaos.runner import CampaignResult, Progress, replay_command
 from rdq_compliance.chaos.scenario import ScenarioError, check_seed, load_scenario
-from rdq_compliance.settings import parse_options
+from rdq_compliance.session import NoBackendSelected
+from rdq_compliance.settings import describe, find_rootpath, mask_dsn, resolve
 from rdq_core.errors import InvalidArgument, RdqError
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE = 0, 1, 2
@@ -42,23 +46,51 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+PRECEDENCE = """\
+settings, highest precedence first (exactly as under pytest --rdq-*):
+  backend      --backend NAME       RDQ_BACKEND          [tool.rdq] backend
+  server       --dsn DSN            RDQ_<BACKEND>_DSN,   [tool.rdq.<backend>] dsn,
+                                    RDQ_DSN              [tool.rdq] dsn
+  options      --option KEY=VALUE   RDQ_OPTION_<KEY>     keys of [tool.rdq.<backend>]
+  containers   --no-docker          RDQ_NO_DOCKER=1      [tool.rdq] docker = false
+[tool.rdq] is read from the pyproject.toml of the current directory or its nearest
+parent holding one. Without a DSN the kit starts a private server from local binaries,
+else a container where Docker answers.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rdq-chaos", description="rdq chaos campaigns against a backend")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="run a scenario and write a report folder")
+    run = sub.add_parser(
+        "run",
+        help="run a scenario and write a report folder",
+        description="Run a chaos scenario against a backend and write a report folder.",
+        epilog=PRECEDENCE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("scenario", type=Path, help="a scenario file, e.g. chaos/standard.toml")
-    run.add_argument("--backend", required=True, help="an rdq.backends name (or module:attr)")
+    run.add_argument(
+        "--backend",
+        help="an rdq.backends name (or module:attr); default: RDQ_BACKEND, [tool.rdq] backend",
+    )
     run.add_argument("--seed", type=int, help="override the scenario's seed (replays a run)")
-    run.add_argument("--dsn", help="use this server instead of provisioning one")
+    run.add_argument(
+        "--dsn",
+        help="use this server instead of provisioning one; default: RDQ_<BACKEND>_DSN, "
+        "RDQ_DSN, [tool.rdq] dsn",
+    )
     run.add_argument("--out", type=Path, help="report folder (default: chaos-reports/...)")
     run.add_argument(
         "--option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a backend-specific setting (repeatable)",
+        help="a backend-specific setting (repeatable); also RDQ_OPTION_<KEY>",
     )
-    run.add_argument("--no-docker", action="store_true", help="never try containers")
+    run.add_argument(
+        "--no-docker", action="store_true", help="never try containers (also RDQ_NO_DOCKER=1)"
+    )
     run.add_argument("--quiet", action="store_true", help="no live display")
     return parser
 
@@ -150,39 +182,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario)
         if args.seed is not None:
             scenario = scenario.with_seed(check_seed(args.seed, "--seed"))
-        options = parse_options(list(args.option))
-        registry.load_backend(args.backend)
+        settings = resolve(
+            cli_backend=args.backend,
+            cli_dsn=args.dsn,
+            cli_no_docker=args.no_docker,
+            cli_options=list(args.option),
+            rootpath=find_rootpath(Path.cwd()),
+        )
+        if settings.backend is None:
+            raise NoBackendSelected("--backend NAME")
+        registry.load_backend(settings.backend)
     except (ScenarioError, InvalidArgument, registry.UnknownBackend) as exc:
         err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
-    out = args.out or _default_out(scenario.name, args.backend, scenario.seed)
+    backend = settings.backend
+    out = args.out or _default_out(scenario.name, backend, scenario.seed)
     try:
         _log_to(out / "logs" / "harness.log")
     except OSError as exc:
         err.print(f"rdq-chaos: error: cannot write the report folder {out}: {exc}")
         return EXIT_USAGE
-    command = replay_command(scenario, args.backend, scenario.seed, args.dsn)
+    # The DSN goes into the replay command only when it was typed (a password masked);
+    # one from the environment or pyproject.toml is found there again.
+    typed_dsn = settings.dsn if settings.sources.get("dsn") == "command line" else None
+    command = replay_command(
+        scenario, backend, scenario.seed, mask_dsn(typed_dsn) if typed_dsn else None
+    )
     console = Console()
+    console.print(f"rdq-chaos: {describe(settings)}", highlight=False, markup=False)
     live: Live | None = None
     if not args.quiet:
         live = Live(console=console, refresh_per_second=4, transient=False)
 
     def on_progress(p: Progress) -> None:
         if live is not None:
-            live.update(_progress_table(p, scenario.name, args.backend))
+            live.update(_progress_table(p, scenario.name, backend))
 
     try:
         if live is not None:
             live.start()
         result = provision_and_run(
-            scenario,
-            backend_name=args.backend,
-            outdir=out,
-            dsn=args.dsn,
-            options=options,
-            allow_docker=not args.no_docker,
-            progress=on_progress,
-            command=command,
+            scenario, settings=settings, outdir=out, progress=on_progress, command=command
         )
     except KeyboardInterrupt:
         if live is not None:

@@ -14,8 +14,8 @@
    installed the run is reported as *not checked*);
 5. the report folder written (:mod:`rdq_compliance.chaos.report`).
 
-:func:`provision_and_run` provisions the backend's server through the ladder first
-(what ``rdq-chaos run`` does).
+:func:`provision_and_run` provisions the server the settings name through a
+:class:`~rdq_compliance.session.Session` first (what ``rdq-chaos run`` does).
 """
 
 from __future__ import annotations
@@ -26,24 +26,23 @@ import importlib
 import json
 import random
 import shlex
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rdq_compliance import registry
 from rdq_compliance.chaos.events import OK, Event, Journal, read_history
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, dlq_tasks, plan_faults
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.chaos.worker_main import WorkerConfig
-from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server, StorageSpec
+from rdq_compliance.provision.backend import Server, StorageSpec
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
 from rdq_core.errors import BackendUnavailable, NotFound
 from rdq_core.model import NewTask, QueueStats, Task
 from rdq_core.spi import Storage
@@ -274,14 +273,13 @@ def worker_template(scenario: Scenario, spec: StorageSpec) -> WorkerConfig:
 def run_campaign(
     scenario: Scenario,
     *,
-    backend_name: str,
-    backend: Backend,
-    server: Server,
+    session: Session,
     outdir: Path,
     progress: ProgressFn | None = None,
     command: str | None = None,
 ) -> CampaignResult:
-    """Run ``scenario`` against ``server``; write the report to ``outdir``; the result."""
+    """Run ``scenario`` on the started ``session``'s server (in a fresh namespace); write
+    the report to ``outdir``; the result."""
     from rdq_compliance.chaos import report  # the report needs the result type: import late
 
     outdir = Path(outdir)
@@ -289,6 +287,8 @@ def run_campaign(
     history_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     counters = Counters()
+    server = session.server
+    backend_name = session.name
     plan = plan_faults(scenario, server.faults, f"the {backend_name} server ({server.origin})")
     counters.notes.extend(plan.skipped)
     result = CampaignResult(
@@ -302,9 +302,9 @@ def run_campaign(
         started_at=time.time(),
     )
     journal = LockedJournal(Journal(history_dir / f"{HARNESS}.jsonl", HARNESS))
-    namespace = server.create_namespace()
-    spec = StorageSpec(backend_name, server.dsn, namespace)
-    storage = backend.open_spec(spec)
+    spec = session.create_namespace()
+    namespace = spec.namespace
+    storage = session.open(spec)
     queue = scenario.workload.queue
     tasks = make_tasks(scenario)
     last_stats = [QueueStats(pending=len(tasks))]
@@ -376,7 +376,7 @@ def run_campaign(
     result.duration = time.monotonic() - t0
     result.files = report.write_report(result, events, readout, command=command)
     with contextlib.suppress(Exception):
-        server.drop_namespace(namespace)
+        session.drop_namespace(spec)
     if progress is not None:
         progress(
             Progress("done", result.duration, len(tasks), stats, counters, len(result.violations))
@@ -414,44 +414,24 @@ def _drain(
 def provision_and_run(
     scenario: Scenario,
     *,
-    backend_name: str,
+    settings: Settings,
     outdir: Path,
-    dsn: str | None = None,
-    options: Mapping[str, str] | None = None,
-    allow_docker: bool = True,
     progress: ProgressFn | None = None,
     on_server: Callable[[Server], None] | None = None,
     command: str | None = None,
 ) -> CampaignResult:
-    """Provision ``backend_name``'s server via the ladder, run, and close the server.
+    """Provision the server ``settings`` name through the session (the ladder), run, and
+    close what was started.
 
-    Raises ``registry.UnknownBackend`` / ``ProvisionUnavailable`` / ``BackendUnavailable``
-    when there is no server to run against.
+    Raises ``NoBackendSelected`` / ``registry.UnknownBackend`` / ``ProvisionUnavailable`` /
+    ``BackendUnavailable`` when there is no server to run against.
     """
-    backend = registry.load_backend(backend_name)
-    workdir = Path(tempfile.mkdtemp(prefix=f"rdq-chaos-{backend.name}-"))
-    try:
-        server = backend.provision(
-            ProvisionRequest(
-                workdir=workdir, dsn=dsn, options=dict(options or {}), allow_docker=allow_docker
-            )
+    with Session(settings) as session:
+        if on_server is not None:
+            on_server(session.server)
+        return run_campaign(
+            scenario, session=session, outdir=outdir, progress=progress, command=command
         )
-        try:
-            if on_server is not None:
-                on_server(server)
-            return run_campaign(
-                scenario,
-                backend_name=backend_name,
-                backend=backend,
-                server=server,
-                outdir=outdir,
-                progress=progress,
-                command=command,
-            )
-        finally:
-            server.close()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def replay_command(scenario: Scenario, backend: str, seed: int, dsn: str | None = None) -> str:

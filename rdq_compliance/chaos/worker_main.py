@@ -3,7 +3,7 @@
 Run as ``python -m rdq_compliance.chaos.worker_main '<json config>'`` (the fleet does,
 through a watchdog; see :mod:`rdq_compliance.chaos.fleet`). The process
 
-- opens the storage with :func:`rdq_compliance.registry.open_storage` (any backend, any
+- opens the storage with :func:`rdq_compliance.session.open_storage` (any backend, any
   process) and runs :class:`rdq_core.worker.Worker` with ``report_after_lease_loss=True``
   (a zombie still tries its late outcome, which a correct backend refuses);
 - journals every step to ``<journal>`` through a :class:`JournalObserver`;
@@ -40,7 +40,7 @@ from typing import Any, cast
 from rdq_compliance.chaos.events import INFO, Journal
 from rdq_compliance.chaos.journal_observer import JournalObserver, LockedJournal
 from rdq_compliance.provision.backend import StorageSpec
-from rdq_compliance.registry import open_storage
+from rdq_compliance.session import open_storage
 from rdq_core.model import Claim, Outcome
 from rdq_core.retry import PermanentError, RetryableError, RetryPolicy
 from rdq_core.spi import Storage

@@ -157,6 +157,3 @@ class Backend(ABC):
     @abstractmethod
     def open(self, dsn: str, namespace: str) -> Storage:
         """Open storage in an existing namespace (called in any process)."""
-
-    def open_spec(self, spec: StorageSpec) -> Storage:
-        return self.open(spec.dsn, spec.namespace)

@@ -25,8 +25,8 @@ the model's": every task by ``get`` (status, counts, payload, headers, the whole
 with its errors, every timestamp), ``stats`` and the whole DLQ of every queue, in order.
 
 Runner-neutral: nothing here imports pytest. :func:`run` runs the machine on a
-:class:`Target` (a backend and a provisioned server: one fresh namespace per example);
-the pytest entry point is ``rdq_compliance/suite/test_stateful.py``.
+:class:`Target` — a started :class:`rdq_compliance.session.Session`, one fresh namespace
+per example; the pytest entry point is ``rdq_compliance/suite/test_stateful.py``.
 
 Time
 ----
@@ -76,7 +76,6 @@ the database (``.hypothesis/rdq-stateful/<backend>/``) replays earlier failures 
 
 from rdq_compliance.stateful.machine import BackendVsModel
 from rdq_compliance.stateful.records import (
-    BackendTarget,
     RunStats,
     StatefulViolation,
     Target,
@@ -95,7 +94,6 @@ from rdq_compliance.stateful.world import MachineConfig
 __all__ = [
     "CI_SEED",
     "PROFILES",
-    "BackendTarget",
     "BackendVsModel",
     "MachineConfig",
     "RunStats",

@@ -140,7 +140,7 @@ class BackendVsModel(RuleBasedStateMachine):
         self.paging: Paging | None = None
         self._observed: tuple[int, Observation] | None = None
         self.model = ReferenceModel()
-        self.namespace = target.new_namespace()
+        self.spec = target.create_namespace()
         self.storages: list[Storage] = []
         try:
             self.observer = self._connect()
@@ -150,7 +150,7 @@ class BackendVsModel(RuleBasedStateMachine):
             raise
 
     def _connect(self) -> Storage:
-        storage = self.target.connect(self.namespace)
+        storage = self.target.open(self.spec)
         self.storages.append(storage)
         return storage
 
@@ -160,7 +160,7 @@ class BackendVsModel(RuleBasedStateMachine):
                 storage.close()
             except Exception:  # a failing close must not hide the step that failed
                 pass
-        self.target.drop_namespace(self.namespace)
+        self.target.drop_namespace(self.spec)
 
     # ---- plumbing ---------------------------------------------------------------------------
 

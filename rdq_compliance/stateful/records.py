@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from rdq_compliance import rules
-from rdq_compliance.provision.backend import Backend, Server
+from rdq_compliance.provision.backend import StorageSpec
 from rdq_core.model import (
     DlqFilter,
     DlqPage,
@@ -23,36 +23,16 @@ from rdq_core.spi import Storage
 
 
 class Target(Protocol):
-    """Where the machine runs: a fresh, isolated namespace per example."""
+    """Where the machine runs: a fresh, isolated namespace per example. A started
+    :class:`rdq_compliance.session.Session` is one (what every runner passes)."""
 
     name: str
 
-    def new_namespace(self) -> str: ...
+    def create_namespace(self) -> StorageSpec: ...
 
-    def connect(self, namespace: str) -> Storage: ...
+    def open(self, spec: StorageSpec) -> Storage: ...
 
-    def drop_namespace(self, namespace: str) -> None: ...
-
-
-@dataclass
-class BackendTarget:
-    """A backend plugin and a server it provisioned (what the pytest plugin holds)."""
-
-    backend: Backend
-    server: Server
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        self.name = self.name or self.backend.name
-
-    def new_namespace(self) -> str:
-        return self.server.create_namespace()
-
-    def connect(self, namespace: str) -> Storage:
-        return self.backend.open(self.server.dsn, namespace)
-
-    def drop_namespace(self, namespace: str) -> None:
-        self.server.drop_namespace(namespace)
+    def drop_namespace(self, spec: StorageSpec) -> None: ...
 
 
 @dataclass

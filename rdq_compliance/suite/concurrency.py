@@ -9,7 +9,7 @@
   and :func:`one_claim_problems` checks what the workers reported.
 
 Nothing here knows about a particular backend: a child process opens the storage with
-:func:`rdq_compliance.registry.open_storage` from the picklable ``StorageSpec``.
+:func:`rdq_compliance.session.open_storage` from the picklable ``StorageSpec``.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def process_claim_worker(
     """
     worker = f"process-{index} (pid {os.getpid()})"
     try:
-        from rdq_compliance.registry import open_storage
+        from rdq_compliance.session import open_storage
 
         storage = open_storage(spec)
     except Exception as exc:

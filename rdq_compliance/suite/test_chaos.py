@@ -23,22 +23,14 @@ from rdq_compliance.chaos.scenario import load_scenario
 pytestmark = [pytest.mark.chaos, pytest.mark.rdq_requires("multi_process")]
 
 
-def test_chaos_campaign_finds_no_violation(
-    rdq_backend, rdq_server, rdq_settings, pytestconfig, tmp_path_factory
-):
+def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_factory):
     """Every checker rule holds over a whole campaign with real faults (SPEC §3)."""
     scenario = load_scenario(pytestconfig.getoption("rdq_chaos_scenario"))
     seed = pytestconfig.getoption("rdq_chaos_seed")
     if seed is not None:
         scenario = scenario.with_seed(seed)
     outdir = tmp_path_factory.mktemp(f"chaos-{scenario.name}")
-    result = run_campaign(
-        scenario,
-        backend_name=rdq_settings.backend or rdq_backend.name,
-        backend=rdq_backend,
-        server=rdq_server,
-        outdir=outdir,
-    )
+    result = run_campaign(scenario, session=rdq_session, outdir=outdir)
     where = f"report folder: {outdir} (replay with seed {result.seed})"
     assert result.checker_error is None, f"the checker failed: {result.checker_error}; {where}"
     assert result.checked, f"the history was not checked; {where}"

@@ -21,18 +21,16 @@ from rdq_compliance import stateful
 pytestmark = pytest.mark.stateful
 
 
-def test_backend_behaves_like_the_reference_model(
-    rdq_backend, rdq_server, rdq_settings, pytestconfig
-):
+def test_backend_behaves_like_the_reference_model(rdq_session, rdq_settings, pytestconfig):
     """Every rule of SPEC §2-4 holds step by step over generated interleavings."""
-    name = rdq_settings.backend or rdq_backend.name
+    name = rdq_session.name
     profile = pytestconfig.getoption("rdq_hypothesis_profile")
     rerun = (
         f"pytest --rdq-backend={name} -m stateful --rdq-hypothesis-profile={profile} "
         "--rdq-hypothesis-seed={seed}" + (" --rdq-dsn=..." if rdq_settings.dsn else "")
     )
     stateful.run(
-        stateful.BackendTarget(rdq_backend, rdq_server, name=name),
+        rdq_session,
         profile=profile,
         seed=pytestconfig.getoption("rdq_hypothesis_seed"),
         database=stateful.database_for(pytestconfig.rootpath, name),

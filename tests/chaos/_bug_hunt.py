@@ -41,11 +41,11 @@ from typing import Any
 
 import _broken_chaos_backends as broken
 
-from rdq_compliance import registry
 from rdq_compliance.chaos.events import OK, Event, read_history
 from rdq_compliance.chaos.runner import CampaignResult, run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
-from rdq_compliance.provision.backend import ProvisionRequest
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 MODULE = broken.__name__
@@ -240,18 +240,9 @@ def hunt(bug: BugCase, workdir: Path, scenario: Scenario | None = None) -> Hunt:
     scenario = scenario or load_scenario("standard")
     backend = getattr(broken, bug.attr)
     start = time.monotonic()
-    (workdir / "server").mkdir(parents=True, exist_ok=True)
-    server = backend.provision(ProvisionRequest(workdir=workdir / "server", allow_docker=False))
-    try:
-        result = run_campaign(
-            scenario,
-            backend_name=bug.backend_name,
-            backend=backend,
-            server=server,
-            outdir=workdir / "report",
-        )
-    finally:
-        server.close()
+    settings = Settings(backend=bug.backend_name, docker=False)
+    with Session(settings, backend=backend, workdir=workdir / "server") as session:
+        result = run_campaign(scenario, session=session, outdir=workdir / "report")
     counts: dict[str, int] = defaultdict(int)
     for v in result.violations:
         counts[v.rule] += 1
@@ -261,19 +252,9 @@ def hunt(bug: BugCase, workdir: Path, scenario: Scenario | None = None) -> Hunt:
 def baseline(workdir: Path, scenario: Scenario | None = None) -> CampaignResult:
     """The same run against the correct SQLite backend (it must pass)."""
     scenario = scenario or load_scenario("standard")
-    backend = registry.load_backend("sqlite")
-    (workdir / "server").mkdir(parents=True, exist_ok=True)
-    server = backend.provision(ProvisionRequest(workdir=workdir / "server", allow_docker=False))
-    try:
-        return run_campaign(
-            scenario,
-            backend_name="sqlite",
-            backend=backend,
-            server=server,
-            outdir=workdir / "report",
-        )
-    finally:
-        server.close()
+    settings = Settings(backend="sqlite", docker=False)
+    with Session(settings, workdir=workdir / "server") as session:
+        return run_campaign(scenario, session=session, outdir=workdir / "report")
 
 
 def table(rows: list[dict[str, str]]) -> str:

@@ -10,7 +10,9 @@ import psutil
 import pytest
 
 from rdq_compliance import registry
-from rdq_compliance.provision.backend import Backend, ProvisionRequest, ProvisionUnavailable, Server
+from rdq_compliance.provision.backend import ProvisionUnavailable
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -18,17 +20,18 @@ SMOKE = HERE / "smoke.toml"
 STANDARD = ROOT / "chaos" / "standard.toml"
 
 
-def provision(name: str, workdir: Path) -> tuple[Backend, Server]:
-    """The backend's server from local resources (no Docker); skip if there is none."""
+def start_session(name: str, workdir: Path) -> Session:
+    """A started session on the backend's server from local resources (no Docker, no DSN:
+    the kit provisions it); skip if there is none."""
     try:
-        backend = registry.load_backend(name)
+        session = Session(Settings(backend=name, docker=False), workdir=workdir)
     except registry.UnknownBackend as exc:
         pytest.skip(f"backend {name!r} not installed: {exc}")
     try:
-        server = backend.provision(ProvisionRequest(workdir=workdir, allow_docker=False))
+        session.start()
     except ProvisionUnavailable as exc:
         pytest.skip(f"no {name} server here: {exc}")
-    return backend, server
+    return session
 
 
 def gone(pid: int) -> bool:

@@ -13,20 +13,19 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _chaos_support import provision  # noqa: E402
+from _chaos_support import start_session  # noqa: E402
 
-from rdq_compliance.provision.backend import Backend, Server  # noqa: E402
+from rdq_compliance.session import Session  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def backend_server(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[tuple[str, Backend, Server]]:
+def chaos_session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Session]:
+    """A started session on a server the kit provisions (SQLite, and PostgreSQL from the
+    local binaries)."""
     workdir = tmp_path / "server"
-    workdir.mkdir()
-    backend, server = provision(request.param, workdir)
+    session = start_session(request.param, workdir)
     try:
-        yield request.param, backend, server
+        yield session
     finally:
-        server.close()
+        session.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -48,16 +48,14 @@ def _assert_report(out: Path, scenario_name: str, backend: str) -> dict:
     return results
 
 
-def test_smoke_campaign_end_to_end(backend_server, tmp_path):
+def test_smoke_campaign_end_to_end(chaos_session, tmp_path):
     """4 workers, 200 tasks, a kill at every point, a pause past the lease: the history
     satisfies the checker and the report folder is complete."""
-    name, backend, server = backend_server
+    name, server = chaos_session.name, chaos_session.server
     scenario = load_scenario(SMOKE)
     from rdq_compliance.chaos.runner import run_campaign
 
-    result = run_campaign(
-        scenario, backend_name=name, backend=backend, server=server, outdir=tmp_path / "out"
-    )
+    result = run_campaign(scenario, session=chaos_session, outdir=tmp_path / "out")
     c = result.counters
     assert c.total_kills == scenario.faults.kills, c.notes
     assert c.pauses == c.resumes == 1
@@ -81,13 +79,19 @@ def test_smoke_campaign_end_to_end(backend_server, tmp_path):
     assert self_kills <= {"after_claim", "in_handler", "before_report", "after_report"}
 
 
-def _cli(*args: str, env: dict | None = None, timeout: float = 170) -> subprocess.CompletedProcess:
+def _cli(
+    *args: str, env: dict | None = None, timeout: float = 170, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """``rdq-chaos`` in a subprocess; without ``env``, ours minus any ``RDQ_*`` setting."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
     return subprocess.run(
         [sys.executable, "-m", "rdq_compliance.chaos.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env=env,
+        cwd=cwd,
     )
 
 
@@ -137,12 +141,15 @@ def test_cli_exits_1_on_violations(tmp_path):
         (["run", "missing.toml", "--backend", "sqlite"], "no such scenario file"),
         (["run", str(SMOKE), "--backend", "sqlite", "--seed", "-3"], "--seed: expected"),
         (["run", str(SMOKE), "--backend", "sqlite", "--option", "novalue"], "KEY=VALUE"),
-        (["run", str(SMOKE)], "the following arguments are required: --backend"),
+        (["run", str(SMOKE)], "no rdq backend selected: pass --backend NAME, set RDQ_BACKEND"),
         (["walk"], "invalid choice"),
     ],
 )
 def test_cli_usage_errors_exit_2_without_a_traceback(args, message, tmp_path):
-    proc = _cli(*args, "--out", str(tmp_path / "o")) if args[0] == "run" else _cli(*args)
+    if args[0] == "run":  # in an empty folder: no pyproject.toml names a backend
+        proc = _cli(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)
+    else:
+        proc = _cli(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -17,7 +17,6 @@ from rdq_compliance.chaos.events import read_journal
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.runner import worker_template
 from rdq_compliance.chaos.scenario import load_scenario
-from rdq_compliance.provision.backend import StorageSpec
 from rdq_core.model import NewTask
 
 MIB = 1024 * 1024
@@ -31,11 +30,9 @@ def _wait(predicate, timeout, what):
 
 
 @pytest.fixture
-def fleet_env(backend_server, tmp_path):
-    name, backend, server = backend_server
-    namespace = server.create_namespace()
-    spec = StorageSpec(name, server.dsn, namespace)
-    storage = backend.open_spec(spec)
+def fleet_env(chaos_session, tmp_path):
+    spec = chaos_session.create_namespace()
+    storage = chaos_session.open(spec)
     scenario = load_scenario(SMOKE)
     fleets = []
 
@@ -56,7 +53,7 @@ def fleet_env(backend_server, tmp_path):
         for fleet in fleets:
             fleet.stop(grace=2.0)
         storage.close()
-        server.drop_namespace(namespace)
+        chaos_session.drop_namespace(spec)
 
 
 def _enqueue(storage, queue, n, kind="ok", seconds=0.05, prefix="t"):
@@ -137,8 +134,9 @@ import sys
 from pathlib import Path
 from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import load_scenario
-provision_and_run(load_scenario(sys.argv[1]), backend_name=sys.argv[2],
-                  outdir=Path(sys.argv[3]), allow_docker=False)
+from rdq_compliance.settings import Settings
+provision_and_run(load_scenario(sys.argv[1]), settings=Settings(sys.argv[2], docker=False),
+                  outdir=Path(sys.argv[3]))
 """
 
 
@@ -180,7 +178,9 @@ def test_nothing_outlives_a_sigkilled_runner(backend, tmp_path):
         time.sleep(1.0)  # let the run get going
         os.kill(workers()[0].pid, signal.SIGSTOP)  # a paused worker must die too
         started = [p.pid for p in me.children(recursive=True)]
-        assert len(started) >= 8  # 4 workers + their watchdogs (+ the server's tree)
+        # 4 workers and their watchdogs (+ the server's tree); the nemesis's first kill
+        # is due about now, so one worker may be between death and replacement.
+        assert len(started) >= 6 and len(workers()) >= 3, _describe(started)
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(10)
         left = wait_gone(started, timeout=20.0)
