@@ -1,0 +1,282 @@
+"""The house rules of DESIGN.md, read from the source (every ``import`` statement, at
+module level or inside a function, ``TYPE_CHECKING`` blocks included):
+
+- ``rdq_core`` imports nothing outside itself and the standard library;
+- a backend's storage half (its ``Storage`` class and everything that module needs) is
+  usable without the kit: it never imports ``rdq_compliance``;
+- nothing in ``rdq_core`` or ``rdq_compliance`` imports a specific backend (backends are
+  found through the ``rdq.backends`` entry points);
+- no two modules import each other, directly or round a longer circle;
+- nothing is looked up by ``importlib`` but a backend named ``module:attribute`` (the
+  registry); the checker in particular is imported.
+
+Each rule is shown to fail on a crafted tree too, so none of them can pass vacuously.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KIT = ("rdq_core", "rdq_compliance")
+
+
+def package_roots(root: Path) -> dict[str, Path]:
+    """Every top-level ``rdq_*`` package of the checkout -> its folder."""
+    out = {p.name: p for p in root.glob("rdq_*") if (p / "__init__.py").is_file()}
+    for p in root.glob("backends/*/rdq_*"):
+        if (p / "__init__.py").is_file():
+            out[p.name] = p
+    return out
+
+
+def modules_of(roots: Mapping[str, Path]) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the given packages."""
+    out: dict[str, Path] = {}
+    for name, folder in roots.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [name, *rel.parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def imports_of(module: str, path: Path, known: Iterable[str]) -> set[str]:
+    """The modules ``module`` imports: project modules by their dotted name, others by
+    their top-level name."""
+    known = set(known)
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                out.add(full if full in known else base)
+    resolved = set()
+    for name in out:
+        if name in known:
+            resolved.add(name)
+        elif name.split(".")[0] in {k.split(".")[0] for k in known}:
+            # a name inside a project module (``from pkg.mod import Class``): the module
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                resolved.add(name)
+        else:
+            resolved.add(name.split(".")[0])
+    resolved.discard(module)
+    return resolved
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    modules = modules_of(package_roots(root))
+    return {m: imports_of(m, p, modules) for m, p in modules.items()}
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def closure(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    seen = {start}
+    todo = [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w in graph and w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def storage_modules(root: Path) -> dict[str, str]:
+    """Backend package -> the module defining its ``Storage`` subclass."""
+    out = {}
+    for name, folder in package_roots(root).items():
+        if name in KIT:
+            continue
+        for path in sorted(folder.rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef) and any(
+                    (isinstance(b, ast.Name) and b.id == "Storage")
+                    or (isinstance(b, ast.Attribute) and b.attr == "Storage")
+                    for b in node.bases
+                ):
+                    rel = path.relative_to(folder).with_suffix("")
+                    out[name] = ".".join([name, *rel.parts])
+    return out
+
+
+# ---- the rules, as functions returning what breaks them -------------------------------------
+
+
+def core_problems(graph: Mapping[str, set[str]]) -> list[str]:
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    return [
+        f"{m} imports {i}"
+        for m, deps in sorted(graph.items())
+        if m.split(".")[0] == "rdq_core"
+        for i in sorted(deps)
+        if i.split(".")[0] != "rdq_core" and i.split(".")[0] not in stdlib
+    ]
+
+
+def storage_problems(root: Path, graph: Mapping[str, set[str]]) -> list[str]:
+    out = []
+    for package, module in sorted(storage_modules(root).items()):
+        for m in sorted(closure(graph, module)):
+            kit = sorted(i for i in graph[m] if i.split(".")[0] == "rdq_compliance")
+            if kit:
+                out.append(f"{package}: storage module {module} needs {m}, which imports {kit}")
+    return out
+
+
+def backend_knowledge_problems(graph: Mapping[str, set[str]]) -> list[str]:
+    return [
+        f"{m} imports the backend {i}"
+        for m, deps in sorted(graph.items())
+        if m.split(".")[0] in KIT
+        for i in sorted(deps)
+        if i.split(".")[0].startswith("rdq_") and i.split(".")[0] not in KIT
+    ]
+
+
+def lookup_problems(root: Path) -> list[str]:
+    out = []
+    for module, path in sorted(modules_of(package_roots(root)).items()):
+        if module == "rdq_compliance.registry":
+            continue
+        text = path.read_text()
+        if "import_module" in text or "__import__(" in text:
+            out.append(f"{module} looks a module up by name (importlib)")
+    return out
+
+
+# ---- the checkout keeps them ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(ROOT)
+
+
+def test_the_graph_is_read(graph):
+    """Sanity: the walk sees the kit, the core and every built-in backend with its edges."""
+    for module in ("rdq_core.spi", "rdq_compliance.plugin", "rdq_compliance.session"):
+        assert module in graph
+    assert "rdq_core.spi" in graph["rdq_compliance.session"]
+    assert set(storage_modules(ROOT)) >= {"rdq_sqlite", "rdq_postgres"}
+
+
+def test_rdq_core_imports_only_itself_and_the_standard_library(graph):
+    assert core_problems(graph) == []
+
+
+def test_storage_halves_are_usable_without_the_kit(graph):
+    assert storage_problems(ROOT, graph) == []
+
+
+def test_the_kit_knows_no_specific_backend(graph):
+    assert backend_knowledge_problems(graph) == []
+
+
+def test_no_two_modules_import_each_other(graph):
+    found = cycles(graph)
+    assert found == [], "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_nothing_is_looked_up_by_name_but_a_backend():
+    assert lookup_problems(ROOT) == []
+
+
+# ---- ... and each rule fails where it should ------------------------------------------------
+
+
+def _tree(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_each_rule_fails_on_a_crafted_tree(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "rdq_core/__init__.py": "",
+            "rdq_core/spi.py": "import psycopg\nclass Storage: ...\n",
+            "rdq_compliance/__init__.py": "",
+            "rdq_compliance/a.py": "from rdq_compliance import b\nimport rdq_pg.storage\n",
+            "rdq_compliance/b.py": (
+                "def f():\n    from rdq_compliance.a import x\n"
+                "import importlib\nimportlib.import_module('rdq_compliance.c')\n"
+            ),
+            "backends/pg/rdq_pg/__init__.py": "",
+            "backends/pg/rdq_pg/storage.py": (
+                "from rdq_core.spi import Storage\nfrom rdq_pg.helpers import h\n"
+                "class PgStorage(Storage): ...\n"
+            ),
+            "backends/pg/rdq_pg/helpers.py": "from rdq_compliance.provision import x\n",
+        },
+    )
+    g = import_graph(root)
+    assert core_problems(g) == ["rdq_core.spi imports psycopg"]
+    assert storage_problems(root, g) == [
+        "rdq_pg: storage module rdq_pg.storage needs rdq_pg.helpers, which imports "
+        "['rdq_compliance']"
+    ]
+    assert backend_knowledge_problems(g) == ["rdq_compliance.a imports the backend rdq_pg.storage"]
+    assert cycles(g) == [["rdq_compliance.a", "rdq_compliance.b"]]
+    assert lookup_problems(root) == ["rdq_compliance.b looks a module up by name (importlib)"]
