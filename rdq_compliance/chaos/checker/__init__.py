@@ -49,7 +49,7 @@ a LEASE_EXPIRED attempt of a claim whose reply was lost (its lease is unknown) i
 judged against the lease every known claim of the run asked, if they all asked the
 same one (the fleet's workers do); if leases differ, that check is skipped.
 
-Cost: one pass to index the history (:func:`~rdq_compliance.chaos.index.index_history`),
+Cost: one pass to index the history (:func:`~rdq_compliance.chaos.checker.index.index_history`),
 then one task at a time: a sort of its claims, its view built, every rule run on it,
 the view dropped; a second pass over the events only to cut the timeline excerpts of
 violated tasks. Memory is proportional to claims and tokens. The cyclic garbage
@@ -66,19 +66,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from rdq_compliance.chaos.events import Event
-from rdq_compliance.chaos.index import (
+from rdq_compliance.chaos.checker.index import (
     CLAIM,
     DEAD_LETTER,
     ENQUEUE,
     REDRIVE,
-    ClaimRecord,
     HistoryIndex,
+    JournalClaim,
     TaskRecord,
     TokenRecord,
     event_tasks,
     index_history,
 )
+from rdq_compliance.chaos.events import Event
 from rdq_compliance.rules import RULES as _ALL_RULE_TEXTS
 from rdq_compliance.rules import message
 from rdq_core.errors import NotFound
@@ -295,7 +295,7 @@ def _ms(us: int) -> str:
 _Att = tuple[int, int, int, Outcome]
 
 
-def _claim_order(c: ClaimRecord) -> tuple[int, int, int]:
+def _claim_order(c: JournalClaim) -> tuple[int, int, int]:
     return (c.claimed_at, c.attempt_no if c.attempt_no is not None else 0, c.event)
 
 
@@ -341,7 +341,7 @@ class _View:
         self.final = final
         self.has_history = final is not None
         claims = record.claims
-        self.claims: list[ClaimRecord] = (
+        self.claims: list[JournalClaim] = (
             sorted(claims, key=_claim_order) if len(claims) > 1 else claims
         )
         n = len(self.claims)
@@ -498,11 +498,11 @@ class _Context:
         return self._uniform_lease
 
     @staticmethod
-    def token(c: ClaimRecord) -> TokenRecord:
+    def token(c: JournalClaim) -> TokenRecord:
         return c.tok
 
     @staticmethod
-    def own(c: ClaimRecord) -> TokenRecord | None:
+    def own(c: JournalClaim) -> TokenRecord | None:
         """The token's record if that token belongs to this claim alone."""
         tok = c.tok
         return tok if tok.claims == 1 else None
@@ -533,7 +533,7 @@ def _uniq(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _claim_desc(c: ClaimRecord) -> str:
+def _claim_desc(c: JournalClaim) -> str:
     return f"the claim of {c.proc} (token {c.token}, claimed at {storage_time(c.claimed_at)})"
 
 
@@ -544,7 +544,7 @@ def _att_desc(a: _Att) -> str:
     )
 
 
-def _pair(rule: str, v: _View, c: ClaimRecord, n: ClaimRecord, detail: str) -> _Finding:
+def _pair(rule: str, v: _View, c: JournalClaim, n: JournalClaim, detail: str) -> _Finding:
     return _Finding(
         rule,
         v.task_id,
@@ -556,7 +556,7 @@ def _pair(rule: str, v: _View, c: ClaimRecord, n: ClaimRecord, detail: str) -> _
     )
 
 
-def _one(rule: str, v: _View, c: ClaimRecord, detail: str, anchor: int | None = None) -> _Finding:
+def _one(rule: str, v: _View, c: JournalClaim, detail: str, anchor: int | None = None) -> _Finding:
     return _Finding(
         rule,
         v.task_id,
@@ -905,7 +905,7 @@ def _numbering_of_claims(ctx: _Context, v: _View, out: list[_Finding]) -> None:
 
 
 def _execution_count(ctx: _Context, v: _View, out: list[_Finding]) -> None:
-    ran: list[ClaimRecord] = []
+    ran: list[JournalClaim] = []
     for c in v.claims:
         tok = ctx.own(c)
         if tok is None or tok.runs == 0:
@@ -947,7 +947,7 @@ def _execution_count(ctx: _Context, v: _View, out: list[_Finding]) -> None:
 
 def _fencing(ctx: _Context, v: _View, out: list[_Finding]) -> None:
     claims, atts = v.claims, v.attempts
-    by_token: dict[str, list[ClaimRecord]] = {}
+    by_token: dict[str, list[JournalClaim]] = {}
     for c in claims:
         tok = ctx.token(c)
         if tok is not None and tok.claims > 1:
@@ -1097,7 +1097,7 @@ def _live(ctx: _Context) -> list[str]:
     return sorted(ids | set(ctx.final.tasks))
 
 
-def _claims_of(ctx: _Context, task_id: str) -> list[ClaimRecord]:
+def _claims_of(ctx: _Context, task_id: str) -> list[JournalClaim]:
     rec = ctx.ix.tasks.get(task_id)
     return [] if rec is None else sorted(rec.claims, key=_claim_order)
 

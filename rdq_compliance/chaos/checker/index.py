@@ -42,7 +42,7 @@ SELF_KILL = "self_kill"
 OUTCOME_OPS = frozenset({COMPLETE, RESCHEDULE, DEAD_LETTER})
 
 
-class ClaimRecord:
+class JournalClaim:
     """One successful claim of one task, as its claim ``ok`` event reported it.
 
     Times are the storage's clock, integer microseconds since the epoch. ``attempt_no``
@@ -94,7 +94,7 @@ class ClaimRecord:
 
     def __repr__(self) -> str:
         return (
-            f"ClaimRecord(task={self.task!r}, token={self.token[:8]}…, proc={self.proc!r}, "
+            f"JournalClaim(task={self.task!r}, token={self.token[:8]}…, proc={self.proc!r}, "
             f"claimed_at={self.claimed_at}, lease_expires_at={self.lease_expires_at}, "
             f"reclaimed={self.reclaimed}, attempt_no={self.attempt_no})"
         )
@@ -160,7 +160,7 @@ class TaskRecord:
     __slots__ = ("claims", "enqueued", "redrive_answers", "redrive_invokes", "runs")
 
     def __init__(self) -> None:
-        self.claims: list[ClaimRecord] = []
+        self.claims: list[JournalClaim] = []
         self.enqueued = False  # an enqueue ok names it
         self.redrive_invokes = 0
         self.redrive_answers = 0  # redrive ok/info events that name it
@@ -350,7 +350,7 @@ def _claims(ix: HistoryIndex, i: int, ev: Event) -> None:
         if tok is None:
             tok = tokens[token] = TokenRecord(task)
         tok.claims += 1
-        claim = ClaimRecord(
+        claim = JournalClaim(
             task,
             token,
             claimed_at,
