@@ -3,7 +3,8 @@
 A history is the list of events of :mod:`rdq_compliance.chaos.events` (every journal
 of a run, concatenated). :func:`index_history` reads it once, in ``O(events)`` time,
 and keeps only counters, storage times and event positions; the events themselves are
-not copied. The checker (:mod:`rdq_compliance.chaos.checker`) works on this index.
+not copied. The checker's rules (:mod:`rdq_compliance.chaos.checker`) work on this
+index; nothing else uses it.
 
 How operations are read (Jepsen's shape):
 
@@ -198,6 +199,12 @@ def _int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
+
+
+def proc_of(ev: Event) -> str:
+    """The process that wrote an event (``"?"`` if it does not say)."""
+    proc = ev.get("proc")
+    return proc if isinstance(proc, str) else "?"
 
 
 def event_tasks(ev: Event) -> Iterable[str]:
