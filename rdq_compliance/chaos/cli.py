@@ -30,7 +30,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rdq_compliance import registry
-from rdq_compliance.chaos.runner import CampaignResult, Progress, replay_command
+from rdq_compliance.chaos.results import CampaignResult, Progress, replay_command
 from rdq_compliance.chaos.scenario import ScenarioError, check_seed, load_scenario
 from rdq_compliance.session import NoBackendSelected
 from rdq_compliance.settings import describe, find_rootpath, mask_dsn, resolve
@@ -159,16 +159,10 @@ def _summarise(console: Console, result: CampaignResult) -> None:
         console.print(f"  [red]processes left running: {result.workers_left}[/]")
     if result.checker_error:
         console.print(f"  [red]{result.checker_error}[/]")
-    elif not result.checked:
-        console.print("  [yellow]the history checker is not installed: history NOT checked[/]")
     elif result.violations:
         console.print(f"  [red bold]{len(result.violations)} violation(s)[/]")
         for v in result.violations[:10]:
-            rule = getattr(v, "rule", None) or (v.get("rule") if isinstance(v, dict) else None)
-            msg = getattr(v, "message", None) or (
-                v.get("message") if isinstance(v, dict) else str(v)
-            )
-            console.print(f"    [{rule}] {msg}", highlight=False, markup=False)
+            console.print(f"    [{v.rule}] {v.message}", highlight=False, markup=False)
     else:
         console.print("  [green bold]no violations[/]")
     console.print(f"  report: {result.outdir}  (timeline: {result.files.get('timeline')})")

@@ -8,7 +8,8 @@
       seed.txt            the seed and the exact command that replays the run
       final-state.jsonl   every enqueued task as the storage holds it at the end
       timeline.html       workers as lanes, claims as bars, faults marked (open it)
-      junit.xml           one testcase per checker rule
+      junit.xml           one testcase per checker rule (or one failed "checker" case
+                          if the checker raised)
       logs/*.log          each worker process's stderr
 
 The timeline is one self-contained HTML file (inline SVG and CSS, no script needed):
@@ -26,35 +27,18 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from rdq_compliance.chaos.checker import RULES, FinalState
 from rdq_compliance.chaos.events import Event
-from rdq_core.model import micros_from_utc
-
-if TYPE_CHECKING:
-    from rdq_compliance.chaos.runner import CampaignResult, FinalReadout
+from rdq_compliance.chaos.results import CampaignResult, replay_command
+from rdq_core.model import Task, micros_from_utc
 
 REPORT_OPS = ("complete", "reschedule", "dead_letter")
 
 
 # ---- violations as data -------------------------------------------------------------------
-
-
-def violation_dict(v: Any) -> dict[str, Any]:
-    """A violation as JSON-able data (the checker's dataclass, a mapping, or any object)."""
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        data = dataclasses.asdict(v)
-    elif isinstance(v, Mapping):
-        data = dict(v)
-    else:
-        data = {
-            k: getattr(v, k)
-            for k in ("rule", "message", "task", "workers", "tokens", "excerpt")
-            if hasattr(v, k)
-        }
-        data.setdefault("message", str(v))
-    return json.loads(json.dumps(data, default=str))
 
 
 def _violation_tasks(violations: Iterable[dict[str, Any]]) -> tuple[set[str], set[str]]:
@@ -82,13 +66,7 @@ def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> di
         "backend": result.backend,
         "server": result.server_origin,
         "verdict": (
-            "violations"
-            if violations
-            else "checker-error"
-            if result.checker_error
-            else "pass"
-            if result.checked
-            else "not-checked"
+            "violations" if violations else "checker-error" if result.checker_error else "pass"
         ),
         "checked": result.checked,
         "checker_error": result.checker_error,
@@ -111,7 +89,7 @@ def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> di
     }
 
 
-def _task_json(task: Any) -> dict[str, Any]:
+def _task_json(task: Task) -> dict[str, Any]:
     def us(dt: Any) -> int | None:
         return None if dt is None else micros_from_utc(dt)
 
@@ -490,48 +468,25 @@ def render_timeline(
 # ---- junit.xml ----------------------------------------------------------------------------
 
 
-def checker_rules() -> list[str]:
-    """The checker's rule ids, if the checker declares them (``RULES``)."""
-    from rdq_compliance.chaos.runner import load_checker
-
-    checker = load_checker()
-    if checker is None:
-        return []
-    rules = getattr(checker, "RULES", None)
-    if rules is None:
-        return []
-    if isinstance(rules, Mapping):
-        return [str(k) for k in rules]
-    out = []
-    for r in rules:
-        out.append(str(getattr(r, "id", None) or getattr(r, "name", None) or r))
-    return out
-
-
 def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> str:
     suite = f"rdq-chaos.{result.scenario.name}.{result.backend}"
     by_rule: dict[str, list[dict[str, Any]]] = {}
     for v in violations:
         by_rule.setdefault(str(v.get("rule", "unknown")), []).append(v)
-    rules = checker_rules()
+    rules = list(RULES)
     for rule in by_rule:
         if rule not in rules:
             rules.append(rule)
     cases: list[str] = []
     failures = 0
-    skipped = 0
-    if not result.checked:
-        skipped += 1
-        why = result.checker_error or "the history checker is not installed"
-        tag = "failure" if result.checker_error else "skipped"
-        failures += 1 if result.checker_error else 0
-        skipped -= 1 if result.checker_error else 0
+    if result.checker_error:
+        failures += 1
         cases.append(
             f'<testcase classname={quoteattr(suite)} name="checker">'
-            f"<{tag} message={quoteattr(why)}/></testcase>"
+            f"<failure message={quoteattr(result.checker_error)}/></testcase>"
         )
     else:
-        for rule in rules or ["history"]:
+        for rule in rules:
             found = by_rule.get(rule, [])
             if found:
                 failures += 1
@@ -547,7 +502,7 @@ def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> st
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n'
         f'<testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{failures}" '
-        f'errors="0" skipped="{skipped}" time="{result.duration:.3f}">\n'
+        f'errors="0" skipped="0" time="{result.duration:.3f}">\n'
         + "\n".join(cases)
         + "\n</testsuite>\n"
     )
@@ -559,16 +514,14 @@ def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> st
 def write_report(
     result: CampaignResult,
     events: list[Event],
-    readout: FinalReadout,
+    final: FinalState,
     *,
     command: str | None = None,
 ) -> dict[str, str]:
     """Write the report files into ``result.outdir``; their paths by name."""
-    from rdq_compliance.chaos.runner import replay_command
-
     out = result.outdir
     out.mkdir(parents=True, exist_ok=True)
-    violations = [violation_dict(v) for v in result.violations]
+    violations = [v.as_json() for v in result.violations]
     summary = results_data(result, violations)
     files = {
         "history": out / "history",
@@ -583,9 +536,9 @@ def write_report(
     files["results"].write_text(json.dumps(summary, indent=2, default=str) + "\n")
     files["seed"].write_text(f"{result.seed}\n# replay this run:\n{replay}\n")
     with files["final_state"].open("w") as fh:
-        for task in readout.tasks:
+        for task in final.tasks.values():
             fh.write(json.dumps(_task_json(task), separators=(",", ":")) + "\n")
-        for task_id in readout.missing:
+        for task_id in final.missing:
             fh.write(json.dumps({"id": task_id, "status": "MISSING"}) + "\n")
     files["timeline"].write_text(render_timeline(events, violations, summary))
     files["junit"].write_text(render_junit(result, violations))

@@ -9,10 +9,16 @@
 3. the **drain**: no more faults or redrives; paused workers resumed, armed ones
    disarmed, a killed server restarted; the workers run until no task is PENDING or
    IN_FLIGHT (or the drain timeout passes);
-4. the fleet stopped; the final state read (every enqueued task with ``get``, the DLQ
-   paged fully); the history read; the checker run (imported lazily: if it is not
-   installed the run is reported as *not checked*);
+4. the fleet stopped; the final state read
+   (:func:`~rdq_compliance.chaos.checker.read_final_state`: every enqueued task with
+   ``get``, the DLQ paged fully); the history read; the checker
+   (:func:`rdq_compliance.chaos.checker.check`) run on them: if it raises, the run
+   fails with a *checker error*;
 5. the report folder written (:mod:`rdq_compliance.chaos.report`).
+
+The result (:class:`~rdq_compliance.chaos.results.CampaignResult`) and the progress
+snapshots are defined in :mod:`rdq_compliance.chaos.results`, shared with the report
+and the CLI.
 
 :func:`provision_and_run` provisions the server the settings name through a
 :class:`~rdq_compliance.session.Session` first (what ``rdq-chaos run`` does).
@@ -21,94 +27,31 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import importlib
 import json
 import random
-import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from rdq_compliance.chaos.checker import FinalState, Violation, check, read_final_state
 from rdq_compliance.chaos.events import OK, Event, Journal, read_history
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
-from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, dlq_tasks, plan_faults
+from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults
+from rdq_compliance.chaos.report import write_report
+from rdq_compliance.chaos.results import CampaignResult, Progress, ProgressFn
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.chaos.worker_main import WorkerConfig
 from rdq_compliance.provision.backend import Server, StorageSpec
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
-from rdq_core.errors import BackendUnavailable, NotFound
-from rdq_core.model import NewTask, QueueStats, Task
+from rdq_core.errors import BackendUnavailable
+from rdq_core.model import NewTask, QueueStats
 from rdq_core.spi import Storage
 
 HARNESS = "harness"
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A snapshot for a live display."""
-
-    phase: str  # enqueue | faults | drain | check | done
-    elapsed: float
-    total: int
-    stats: QueueStats
-    counters: Counters
-    violations: int | None = None
-
-    @property
-    def done(self) -> int:
-        return self.stats.succeeded + self.stats.dead
-
-
-ProgressFn = Callable[[Progress], None]
-
-
-@dataclass
-class CampaignResult:
-    scenario: Scenario
-    seed: int
-    backend: str
-    server_origin: str
-    outdir: Path
-    plan: FaultPlan
-    counters: Counters
-    tasks: dict[str, int] = field(default_factory=dict)
-    violations: list[Any] = field(default_factory=list)
-    checked: bool = False
-    checker_error: str | None = None
-    drained: bool = False
-    duration: float = 0.0
-    fault_phase: float = 0.0
-    drain_time: float = 0.0
-    started_at: float = 0.0
-    workers_left: list[int] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """No violation found and no checker failure (a run not checked is not ok-proof)."""
-        return not self.violations and self.checker_error is None
-
-    @property
-    def notes(self) -> list[str]:
-        return self.counters.notes
-
-
-@dataclass(frozen=True)
-class FinalReadout:
-    """What the storage holds at the end (before being wrapped in the checker's type)."""
-
-    tasks: list[Task]
-    dlq: list[Task]
-    enqueued: list[str]
-    missing: list[str]
-    drained: bool = True
 
 
 # ---- the workload -------------------------------------------------------------------------
@@ -168,82 +111,17 @@ def enqueue_all(storage: Storage, tasks: Sequence[NewTask], journal: LockedJourn
 # ---- the final state and the checker -------------------------------------------------------
 
 
-def read_final(
-    storage: Storage, queue: str, enqueued: Sequence[str], *, drained: bool = True
-) -> FinalReadout:
-    tasks, missing = [], []
-    for task_id in enqueued:
-        try:
-            tasks.append(_retrying(lambda i=task_id: storage.get(i), f"get {task_id}"))
-        except NotFound:
-            missing.append(task_id)
-    dlq = _retrying(lambda: dlq_tasks(storage, queue), "dlq_list")
-    return FinalReadout(tasks, dlq, list(enqueued), missing, drained)
+#: The page size the final DLQ listing is read with.
+DLQ_PAGE = 100
 
 
-def build_final_state(cls: type, readout: FinalReadout) -> Any:
-    """The checker's ``FinalState`` from the readout: by field names if it is a dataclass
-    (``tasks``, ``dlq``, ``enqueued``, ``drained``, or names like them), else positionally
-    (tasks, dlq, enqueued)."""
-    values: dict[str, Any] = {
-        "tasks": readout.tasks,
-        "dlq": readout.dlq,
-        "enqueued": readout.enqueued,
-        "drained": readout.drained,
-    }
-    if dataclasses.is_dataclass(cls):
-        kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if not f.init:
-                continue
-            name = f.name.lower()
-            if name in values:
-                kwargs[f.name] = values[name]
-            elif "dlq" in name or "dead" in name:
-                kwargs[f.name] = readout.dlq
-            elif "enqueue" in name or name.endswith("ids"):
-                kwargs[f.name] = _same_kind(f.type, readout.enqueued)
-            elif "task" in name:
-                kwargs[f.name] = readout.tasks
-        with contextlib.suppress(TypeError):
-            return cls(**kwargs)
-    return cls(values["tasks"], values["dlq"], values["enqueued"])
-
-
-def _same_kind(annotation: object, ids: list[str]) -> Any:
-    text = str(annotation)
-    if "frozenset" in text:
-        return frozenset(ids)
-    if text.startswith("set") or "set[" in text:
-        return set(ids)
-    if "tuple" in text:
-        return tuple(ids)
-    return list(ids)
-
-
-CHECKER_MODULE = "rdq_compliance.chaos.checker"
-
-
-def load_checker() -> ModuleType | None:
-    """The history checker module, or ``None`` if it is not installed."""
+def run_checker(events: list[Event], final: FinalState) -> tuple[list[Violation], str | None]:
+    """``(violations, None)``, or ``([], why)`` if the checker raised: a checker error,
+    which fails the run (the history was not checked)."""
     try:
-        return importlib.import_module(CHECKER_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name == CHECKER_MODULE:
-            return None
-        raise
-
-
-def run_checker(events: list[Event], readout: FinalReadout) -> tuple[list[Any], bool, str | None]:
-    """``(violations, checked, error)``; a missing checker module is *not checked*."""
-    checker = load_checker()
-    if checker is None:
-        return [], False, None
-    try:
-        final = build_final_state(checker.FinalState, readout)
-        return list(checker.check(events, final)), True, None
+        return check(events, final), None
     except Exception as exc:
-        return [], False, f"the checker failed: {error_text(exc)}"
+        return [], f"the checker failed: {error_text(exc)}"
 
 
 # ---- the campaign -------------------------------------------------------------------------
@@ -280,8 +158,6 @@ def run_campaign(
 ) -> CampaignResult:
     """Run ``scenario`` on the started ``session``'s server (in a fresh namespace); write
     the report to ``outdir``; the result."""
-    from rdq_compliance.chaos import report  # the report needs the result type: import late
-
     outdir = Path(outdir)
     history_dir = outdir / "history"
     history_dir.mkdir(parents=True, exist_ok=True)
@@ -358,23 +234,26 @@ def run_campaign(
         result.workers_left = fleet.pids()
     try:
         report_progress("check", force=True)
-        readout = read_final(storage, queue, [t.id for t in tasks], drained=result.drained)
+        final = read_final_state(
+            storage, queue, [t.id for t in tasks], drained=result.drained, page=DLQ_PAGE
+        )
         stats = storage.stats(queue)
     finally:
         storage.close()
     journal.close()
     events = read_history(history_dir.glob("*.jsonl"))
-    result.violations, result.checked, result.checker_error = run_checker(events, readout)
+    result.violations, result.checker_error = run_checker(events, final)
+    result.checked = result.checker_error is None
     result.tasks = {
         "enqueued": len(tasks),
         "succeeded": stats.succeeded,
         "dead": stats.dead,
         "pending": stats.pending,
         "in_flight": stats.in_flight,
-        "missing": len(readout.missing),
+        "missing": len(final.missing),
     }
     result.duration = time.monotonic() - t0
-    result.files = report.write_report(result, events, readout, command=command)
+    result.files = write_report(result, events, final, command=command)
     with contextlib.suppress(Exception):
         session.drop_namespace(spec)
     if progress is not None:
@@ -434,21 +313,9 @@ def provision_and_run(
         )
 
 
-def replay_command(scenario: Scenario, backend: str, seed: int, dsn: str | None = None) -> str:
-    """The shell command that replays a run (same scenario file, backend and seed)."""
-    source = str(scenario.source) if scenario.source is not None else f"{scenario.name}.toml"
-    parts = ["rdq-chaos", "run", source, "--backend", backend, "--seed", str(seed)]
-    if dsn:
-        parts += ["--dsn", dsn]
-    return " ".join(shlex.quote(p) for p in parts)
-
-
 __all__ = [
-    "CampaignResult",
-    "FinalReadout",
-    "Progress",
     "make_tasks",
     "provision_and_run",
-    "replay_command",
     "run_campaign",
+    "run_checker",
 ]

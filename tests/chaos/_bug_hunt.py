@@ -42,7 +42,8 @@ from typing import Any
 import _broken_chaos_backends as broken
 
 from rdq_compliance.chaos.events import OK, Event, read_history
-from rdq_compliance.chaos.runner import CampaignResult, run_campaign
+from rdq_compliance.chaos.results import CampaignResult
+from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings

@@ -13,12 +13,11 @@ import pytest
 from _chaos_support import SMOKE
 
 from rdq_compliance.chaos.events import read_journal
-from rdq_compliance.chaos.runner import load_checker, provision_and_run
+from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import load_scenario
 
 HERE = Path(__file__).resolve().parent
 REPORT_FILES = ("results.json", "seed.txt", "timeline.html", "junit.xml", "final-state.jsonl")
-CHECKER = load_checker() is not None
 
 
 def _no_worker_left(outdir: Path) -> None:
@@ -68,11 +67,8 @@ def test_smoke_campaign_end_to_end(chaos_session, tmp_path):
     else:
         assert any("server_restart x1: skipped" in n for n in c.notes)
     results = _assert_report(tmp_path / "out", "smoke", name)
-    if CHECKER:
-        assert result.checked and result.violations == [], [str(v) for v in result.violations]
-        assert results["verdict"] == "pass"
-    else:
-        assert results["verdict"] == "not-checked"
+    assert result.checked and result.violations == [], [str(v) for v in result.violations]
+    assert results["verdict"] == "pass"
     _no_worker_left(tmp_path / "out")
     events = [e for p in (tmp_path / "out" / "history").glob("w*.jsonl") for e in read_journal(p)]
     self_kills = {e["point"] for e in events if e["op"] == "self_kill"}
@@ -110,7 +106,6 @@ def test_cli_run_writes_the_report_and_exits_0(tmp_path):
     assert (out / "logs" / "harness.log").exists()
 
 
-@pytest.mark.skipif(not CHECKER, reason="the history checker is not installed")
 def test_cli_exits_1_on_violations(tmp_path):
     """A backend that deletes dead-lettered tasks is caught: exit status 1."""
     env = dict(os.environ)

@@ -33,7 +33,7 @@ def postgres_dsn() -> str:
 
 def _run(cwd: Path, env_extra: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess, dict]:  # noqa: E501
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
-    env.update(env_extra)
+    env.update(env_extra, COLUMNS="400")  # one line per message: rich wraps at 80
     out = cwd / "report"
     proc = subprocess.run(
         [sys.executable, "-m", "rdq_compliance.chaos.cli", "run", str(TINY), "--out", str(out),

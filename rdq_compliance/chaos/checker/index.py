@@ -3,7 +3,8 @@
 A history is the list of events of :mod:`rdq_compliance.chaos.events` (every journal
 of a run, concatenated). :func:`index_history` reads it once, in ``O(events)`` time,
 and keeps only counters, storage times and event positions; the events themselves are
-not copied. The checker (:mod:`rdq_compliance.chaos.checker`) works on this index.
+not copied. The checker's rules (:mod:`rdq_compliance.chaos.checker`) work on this
+index; nothing else uses it.
 
 How operations are read (Jepsen's shape):
 
@@ -42,7 +43,7 @@ SELF_KILL = "self_kill"
 OUTCOME_OPS = frozenset({COMPLETE, RESCHEDULE, DEAD_LETTER})
 
 
-class ClaimRecord:
+class JournalClaim:
     """One successful claim of one task, as its claim ``ok`` event reported it.
 
     Times are the storage's clock, integer microseconds since the epoch. ``attempt_no``
@@ -94,7 +95,7 @@ class ClaimRecord:
 
     def __repr__(self) -> str:
         return (
-            f"ClaimRecord(task={self.task!r}, token={self.token[:8]}…, proc={self.proc!r}, "
+            f"JournalClaim(task={self.task!r}, token={self.token[:8]}…, proc={self.proc!r}, "
             f"claimed_at={self.claimed_at}, lease_expires_at={self.lease_expires_at}, "
             f"reclaimed={self.reclaimed}, attempt_no={self.attempt_no})"
         )
@@ -160,7 +161,7 @@ class TaskRecord:
     __slots__ = ("claims", "enqueued", "redrive_answers", "redrive_invokes", "runs")
 
     def __init__(self) -> None:
-        self.claims: list[ClaimRecord] = []
+        self.claims: list[JournalClaim] = []
         self.enqueued = False  # an enqueue ok names it
         self.redrive_invokes = 0
         self.redrive_answers = 0  # redrive ok/info events that name it
@@ -198,6 +199,12 @@ def _int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
+
+
+def proc_of(ev: Event) -> str:
+    """The process that wrote an event (``"?"`` if it does not say)."""
+    proc = ev.get("proc")
+    return proc if isinstance(proc, str) else "?"
 
 
 def event_tasks(ev: Event) -> Iterable[str]:
@@ -350,7 +357,7 @@ def _claims(ix: HistoryIndex, i: int, ev: Event) -> None:
         if tok is None:
             tok = tokens[token] = TokenRecord(task)
         tok.claims += 1
-        claim = ClaimRecord(
+        claim = JournalClaim(
             task,
             token,
             claimed_at,

@@ -1,0 +1,82 @@
+"""What a chaos campaign yields, shared by the runner that fills it in, the report that
+writes it down and the CLI that prints it: :class:`CampaignResult`, the live
+:class:`Progress` snapshots, and :func:`replay_command`."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rdq_compliance.chaos.checker import Violation
+from rdq_compliance.chaos.nemesis import Counters, FaultPlan
+from rdq_compliance.chaos.scenario import Scenario
+from rdq_core.model import QueueStats
+
+__all__ = ["CampaignResult", "Progress", "ProgressFn", "replay_command"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot for a live display."""
+
+    phase: str  # enqueue | faults | drain | check | done
+    elapsed: float
+    total: int
+    stats: QueueStats
+    counters: Counters
+    violations: int | None = None
+
+    @property
+    def done(self) -> int:
+        return self.stats.succeeded + self.stats.dead
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+@dataclass
+class CampaignResult:
+    """One campaign: what ran, what the checker found, and where the report is.
+
+    ``checked`` is true once the checker ran to its end; if it raised instead,
+    ``checker_error`` says how (and the run is not ``ok``).
+    """
+
+    scenario: Scenario
+    seed: int
+    backend: str
+    server_origin: str
+    outdir: Path
+    plan: FaultPlan
+    counters: Counters
+    tasks: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    checked: bool = False
+    checker_error: str | None = None
+    drained: bool = False
+    duration: float = 0.0
+    fault_phase: float = 0.0
+    drain_time: float = 0.0
+    started_at: float = 0.0
+    workers_left: list[int] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """No violation found and no checker failure."""
+        return not self.violations and self.checker_error is None
+
+    @property
+    def notes(self) -> list[str]:
+        return self.counters.notes
+
+
+def replay_command(scenario: Scenario, backend: str, seed: int, dsn: str | None = None) -> str:
+    """The shell command that replays a run (same scenario file, backend and seed)."""
+    source = str(scenario.source) if scenario.source is not None else f"{scenario.name}.toml"
+    parts = ["rdq-chaos", "run", source, "--backend", backend, "--seed", str(seed)]
+    if dsn:
+        parts += ["--dsn", dsn]
+    return " ".join(shlex.quote(p) for p in parts)
