@@ -21,6 +21,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from rdq_compliance.invariants import between, close_to, history_problem
 from rdq_compliance.stateful.model import (
     Due,
     ReferenceModel,
@@ -28,7 +29,7 @@ from rdq_compliance.stateful.model import (
     task_differences,
 )
 from rdq_compliance.stateful.records import (
-    ClaimRecord,
+    ClaimLife,
     HeldClaim,
     Observation,
     Paging,
@@ -56,7 +57,6 @@ from rdq_compliance.stateful.world import (
     WORKERS,
     MachineConfig,
 )
-from rdq_compliance.suite.concurrency import between, close_to, history_problem
 from rdq_core.errors import NotFound
 from rdq_core.model import (
     ByIds,
@@ -134,8 +134,8 @@ class BackendVsModel(RuleBasedStateMachine):
         self.mutations = 0
         self.serial = 0
         self.known: set[str] = set()
-        self.records: dict[str, list[ClaimRecord]] = defaultdict(list)
-        self.by_token: dict[str, ClaimRecord] = {}
+        self.records: dict[str, list[ClaimLife]] = defaultdict(list)
+        self.by_token: dict[str, ClaimLife] = {}
         self.settle_to: datetime | None = None
         self.paging: Paging | None = None
         self._observed: tuple[int, Observation] | None = None
@@ -579,7 +579,7 @@ class BackendVsModel(RuleBasedStateMachine):
                     "a fresh token, or the earlier holder can still report",
                 )
             self.serial += 1
-            rec = ClaimRecord(
+            rec = ClaimLife(
                 self.serial, worker, c.task.id, c.token, c.claimed_at, c.lease_expires_at
             )
             for prev in self.records[c.task.id]:
