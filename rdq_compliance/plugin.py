@@ -18,17 +18,19 @@ Fixtures for suites and for a backend author's own tests:
 
 Markers: ``rdq_requires(*capabilities)`` skips a test (saying why) when the backend
 does not declare a capability; ``rdq_requires_fault(*faults)`` does the same for
-server faults; ``chaos`` and ``stateful`` tag the long-running suites.
+server faults (a name the kit does not know is a usage error, see
+:mod:`rdq_compliance.requirements`); ``chaos`` and ``stateful`` tag the long-running
+suites.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
 
-from rdq_compliance import registry, rules, settings
+from rdq_compliance import registry, requirements, rules, settings
 from rdq_compliance.provision.backend import Backend, ProvisionUnavailable, Server, StorageSpec
 from rdq_compliance.session import Session
 from rdq_core.errors import InvalidArgument, NotFound, RdqError
@@ -165,6 +167,25 @@ def pytest_collection_modifyitems(
         nodeid = f"rdq_compliance/suite/{path.name}"
         module = pytest.Module.from_parent(session, path=path, nodeid=nodeid)
         items.extend(session.genitems(module))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """An unknown capability or fault name in ``rdq_requires``/``rdq_requires_fault`` is a
+    collection error of the module (or class) holding the test, with or without a
+    backend and whatever ``-k``/``-m`` select; the message lists the known names."""
+    report = yield
+    problem = requirements.check(
+        (item.nodeid, mark.name, mark.args)
+        for item in report.result or ()
+        if isinstance(item, pytest.Item)
+        for mark in item.iter_markers()
+    )
+    if problem is None:
+        return report
+    return pytest.CollectReport(collector.nodeid, "failed", problem, [], report.sections)
 
 
 @pytest.hookimpl(wrapper=True)

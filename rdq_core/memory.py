@@ -3,6 +3,13 @@
 Thread-safe (one lock around every operation, so each is atomic), in-process only.
 Its clock is injectable so a model can be driven without sleeping. Every other
 backend is compared with this one.
+
+Beside the SPI, :class:`MemoryStore` answers a few questions a model of the queue asks
+of the reference (the "back door" of a reference model; each answer is a snapshot,
+never a live view): :meth:`~MemoryStore.task_ids`, :meth:`~MemoryStore.claimable`,
+:meth:`~MemoryStore.dead_at` and :meth:`~MemoryStore.selected_ids`; and it offers one
+write the SPI does not, :meth:`~MemoryStore.claim_ids`: claim exactly these tasks, when
+the SPEC leaves the choice among tied due tasks open.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from rdq_core import cursor as cursors
+from rdq_core import validation
 from rdq_core.errors import IdConflict, InvalidArgument, NotFound, StaleClaim
 from rdq_core.model import (
     LEASE_EXPIRED_ERROR,
@@ -41,6 +49,29 @@ Clock = Callable[[], datetime]
 
 def system_clock() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class DueTask:
+    """A task a claim may take (:meth:`MemoryStore.claimable`), with its place in the
+    claim order: by ``due_at``, then by ``seq``."""
+
+    #: The task as stored, with its whole history (a snapshot).
+    task: Task
+    #: When it became claimable: ``next_attempt_at`` if PENDING, ``lease_expires_at``
+    #: (the expired lease) if IN_FLIGHT.
+    due_at: datetime
+    #: Its enqueue order in the store: 1 for the first task ever enqueued, and so on.
+    seq: int
+
+    @property
+    def id(self) -> str:
+        return self.task.id
+
+    @property
+    def reclaim(self) -> bool:
+        """A claim takes it over from an expired lease (it is IN_FLIGHT)."""
+        return self.task.status is Status.IN_FLIGHT
 
 
 @dataclass
@@ -142,43 +173,49 @@ class MemoryStore(Storage):
 
     # ---- worker ---------------------------------------------------------------------
 
+    def _due_rows(self, queue: str, now: datetime) -> list[_Row]:
+        """The rows a claim on ``queue`` at ``now`` may take, in claim order."""
+        due = [
+            r
+            for r in self._rows.values()
+            if r.task.queue == queue and r.due_at is not None and r.due_at <= now
+        ]
+        due.sort(key=lambda r: (r.due_at, self._order[r.task.id]))
+        return due
+
+    def _claim_row(self, row: _Row, now: datetime, lease: timedelta) -> Claim:
+        """Claim one claimable row at ``now``: lease, fresh token, and for a reclaim the
+        LEASE_EXPIRED attempt (numbered by invariant H)."""
+        reclaimed = row.task.status is Status.IN_FLIGHT
+        count = row.task.attempt_count
+        if reclaimed:
+            assert row.claimed_at is not None
+            row.attempts.append(
+                Attempt(
+                    next_attempt_no(row.attempts),
+                    row.claimed_at,
+                    now,
+                    Outcome.LEASE_EXPIRED,
+                    ErrorInfo(LEASE_EXPIRED_ERROR, "lease expired before an outcome"),
+                )
+            )
+            count += 1
+        token = new_token()
+        row.token = token
+        row.claimed_at = now
+        row.task = replace(
+            row.task,
+            status=Status.IN_FLIGHT,
+            attempt_count=count,
+            next_attempt_at=None,
+            lease_expires_at=now + lease,
+        )
+        return Claim(self._snapshot(row), token, now, now + lease, reclaimed)
+
     def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
         with self._lock:
             now = self._now()
-            due = [
-                r
-                for r in self._rows.values()
-                if r.task.queue == queue and r.due_at is not None and r.due_at <= now
-            ]
-            due.sort(key=lambda r: (r.due_at, self._order[r.task.id]))
-            claims = []
-            for row in due[:limit]:
-                reclaimed = row.task.status is Status.IN_FLIGHT
-                count = row.task.attempt_count
-                if reclaimed:
-                    assert row.claimed_at is not None
-                    row.attempts.append(
-                        Attempt(
-                            next_attempt_no(row.attempts),
-                            row.claimed_at,
-                            now,
-                            Outcome.LEASE_EXPIRED,
-                            ErrorInfo(LEASE_EXPIRED_ERROR, "lease expired before an outcome"),
-                        )
-                    )
-                    count += 1
-                token = new_token()
-                row.token = token
-                row.claimed_at = now
-                row.task = replace(
-                    row.task,
-                    status=Status.IN_FLIGHT,
-                    attempt_count=count,
-                    next_attempt_at=None,
-                    lease_expires_at=now + lease,
-                )
-                claims.append(Claim(self._snapshot(row), token, now, now + lease, reclaimed))
-            return claims
+            return [self._claim_row(row, now, lease) for row in self._due_rows(queue, now)[:limit]]
 
     def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         with self._lock:
@@ -338,6 +375,71 @@ class MemoryStore(Storage):
                 del self._rows[task_id]
                 del self._order[task_id]
             return len(gone)
+
+    # ---- the reference's back door (not SPI) ------------------------------------------------
+
+    def task_ids(self) -> list[str]:
+        """The id of every stored task, in enqueue order (a purged id enqueued again
+        comes last)."""
+        with self._lock:
+            return list(self._rows)
+
+    def claimable(self, queue: str, at: datetime) -> list[DueTask]:
+        """The tasks a claim on ``queue`` at storage time ``at`` may take, in claim order:
+        PENDING tasks due by ``at`` and IN_FLIGHT ones whose lease expired by ``at``.
+
+        ``at`` is taken as given (the clock is not read); the PENDING ones among them are
+        what ``stats(queue).due`` counts at ``at``.
+        """
+        queue = validation.queue_name(queue)
+        with self._lock:
+            out = []
+            for r in self._due_rows(queue, at):
+                assert r.due_at is not None
+                out.append(DueTask(self._snapshot(r), r.due_at, self._order[r.task.id]))
+            return out
+
+    def dead_at(self, task_id: str) -> datetime | None:
+        """When the task was dead-lettered (the DLQ's order), or ``None`` if it is not
+        DEAD or there is no such task."""
+        with self._lock:
+            row = self._rows.get(task_id)
+            return None if row is None else row.dead_at
+
+    def selected_ids(self, queue: str, selector: Selector) -> list[str]:
+        """The ids of the DEAD tasks of ``queue`` that ``selector`` selects, in enqueue
+        order: what ``redrive``/``purge`` with it would act on now (an empty selector
+        selects nothing)."""
+        queue, selector = validation.queue_name(queue), validation.selector(selector)
+        with self._lock:
+            return [r.task.id for r in self._selected(queue, selector)]
+
+    def claim_ids(self, queue: str, ids: Iterable[str], lease: timedelta) -> list[Claim]:
+        """Claim exactly the tasks ``ids`` of ``queue`` now, in one atomic step, as
+        ``claim_due`` would if they were the only claimable tasks: the claims come in claim
+        order, stamped alike (one ``claimed_at``, a fresh token each, a LEASE_EXPIRED
+        attempt for each reclaim).
+
+        Not part of the SPI: for a model that must follow a backend's choice where the
+        SPEC leaves it open (tasks tied on due time). Every id must be claimable now
+        (:meth:`claimable`); if one is not, or an id repeats, it raises
+        ``InvalidArgument`` and changes nothing.
+        """
+        queue, lease = validation.queue_name(queue), validation.lease(lease)
+        wanted = [validation.task_id(i) for i in ids]
+        wanted_set = set(wanted)
+        if len(wanted_set) != len(wanted):
+            raise InvalidArgument(f"claim_ids: ids repeat: {wanted}")
+        with self._lock:
+            now = self._now()
+            rows = [r for r in self._due_rows(queue, now) if r.task.id in wanted_set]
+            if len(rows) != len(wanted):
+                taken = {r.task.id for r in rows}
+                not_claimable = [i for i in wanted if i not in taken]
+                raise InvalidArgument(
+                    f"claim_ids: {not_claimable} not claimable in {queue!r} at {now.isoformat()}"
+                )
+            return [self._claim_row(row, now, lease) for row in rows]
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -166,3 +166,111 @@ def test_third_party_backend_via_entry_point(pytester: pytest.Pytester) -> None:
     ran = pytester.runpytest_subprocess("--rdq-backend=thirdparty", "-q", "-k", "enqueue or own")
     assert ran.ret == pytest.ExitCode.OK, ran.stdout.str()
     assert ran.parseoutcomes()["passed"] > 1
+
+
+_CAPABILITY_TYPO = """
+import pytest
+
+@pytest.mark.rdq_requires("multi_proces")
+def test_capability_typo():
+    pass
+
+def test_unmarked():
+    pass
+"""
+
+_FAULT_TYPO = """
+import pytest
+
+class TestFaults:
+    @pytest.mark.rdq_requires_fault("kill_server", "kil_server")
+    def test_fault_typo(self):
+        pass
+"""
+
+
+def test_unknown_capability_is_a_collection_error_listing_the_known(
+    pytester: pytest.Pytester,
+) -> None:
+    """No backend selected, the typo'd test deselected: still an error, never a skip."""
+    pytester.makepyfile(test_typo=_CAPABILITY_TYPO)
+    for args in ((), ("-k", "unmarked"), ("-p", "xdist", "-n", "2")):
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+        assert result.ret in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.TESTS_FAILED), args
+        assert "passed" not in result.parseoutcomes() and "skipped" not in result.parseoutcomes()
+        result.stdout.fnmatch_lines(
+            [
+                "*ERROR collecting test_typo.py*",
+                "rdq: rdq_requires: unknown capability 'multi_proces'; known capability "
+                "names: multi_process, notify (used by test_typo.py::test_capability_typo)",
+            ]
+        )
+
+
+def test_unknown_fault_is_a_collection_error_listing_the_known(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_typo=_FAULT_TYPO)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--rdq-backend=memory", "--rdq-no-suite"
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting test_typo.py*",
+            "rdq: rdq_requires_fault: unknown fault 'kil_server'; known fault names: "
+            "cut_connections, kill_server, restart_server "
+            "(used by test_typo.py::TestFaults::test_fault_typo)",
+        ]
+    )
+
+
+def test_known_requirement_the_backend_lacks_still_skips_with_the_reason(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_known="""
+        import pytest
+
+        @pytest.mark.rdq_requires("multi_process")
+        def test_needs_processes():
+            pass
+
+        @pytest.mark.rdq_requires_fault("kill_server")
+        def test_needs_a_killable_server():
+            pass
+
+        @pytest.mark.rdq_requires("notify", "multi_process")
+        @pytest.mark.rdq_requires_fault("cut_connections", "restart_server")
+        def test_collects_without_a_backend():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--rdq-backend=memory", "--rdq-no-suite", "-rs",
+        "-k", "needs",
+    )  # fmt: skip
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "SKIPPED [[]1[]] test_known.py:3: backend 'memory' does not declare capability "
+            "'multi_process'",
+            "SKIPPED [[]1[]] test_known.py:7: the 'memory' server (in-process) cannot inject "
+            "'kill_server'",
+        ]
+    )
+    without = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
+    without.assert_outcomes(skipped=3)
+    without.stdout.fnmatch_lines(["*no rdq backend selected*"])
+
+
+def test_known_names_are_the_capability_flags_and_the_declared_faults() -> None:
+    from rdq_compliance import requirements
+    from rdq_compliance.provision import FAULTS, KILL_SERVER
+
+    assert requirements.CAPABILITIES == {"multi_process", "notify"}
+    assert requirements.MARKERS["rdq_requires_fault"] == ("fault", FAULTS)
+    assert requirements.unknown("rdq_requires_fault", (KILL_SERVER,)) is None
+    assert requirements.unknown("rdq_requires", ("clock",)) is not None  # not a flag
+    assert requirements.unknown("rdq_requires", (1,)) is not None
+    assert requirements.unknown("skipif", ("anything",)) is None

@@ -7,6 +7,7 @@ without the kit; its *plugin* half (the ``Backend`` and its rungs) imports from 
 
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
+    FAULTS,
     KILL_SERVER,
     RESTART_SERVER,
     Backend,
@@ -19,6 +20,7 @@ from rdq_compliance.provision.backend import (
 
 __all__ = [
     "CUT_CONNECTIONS",
+    "FAULTS",
     "KILL_SERVER",
     "RESTART_SERVER",
     "Backend",

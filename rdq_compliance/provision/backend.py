@@ -34,6 +34,9 @@ class ProvisionUnavailable(RdqError):
 KILL_SERVER = "kill_server"
 RESTART_SERVER = "restart_server"
 CUT_CONNECTIONS = "cut_connections"
+#: Every fault name the kit knows: ``Server.faults`` is drawn from these, and
+#: ``rdq_requires_fault`` may only ask for these (any other name is an error).
+FAULTS: frozenset[str] = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from rdq_compliance.stateful.model import (
-    Due,
-    ReferenceModel,
-    numbering_differs,
-    task_differences,
-)
+from rdq_compliance.invariants import between, close_to, history_problem
+from rdq_compliance.stateful.model import ReferenceModel, numbering_differs, task_differences
 from rdq_compliance.stateful.records import (
-    ClaimRecord,
+    ClaimLife,
     HeldClaim,
     Observation,
     Paging,
@@ -56,8 +52,8 @@ from rdq_compliance.stateful.world import (
     WORKERS,
     MachineConfig,
 )
-from rdq_compliance.suite.concurrency import between, close_to, history_problem
 from rdq_core.errors import NotFound
+from rdq_core.memory import DueTask
 from rdq_core.model import (
     ByIds,
     Claim,
@@ -134,8 +130,8 @@ class BackendVsModel(RuleBasedStateMachine):
         self.mutations = 0
         self.serial = 0
         self.known: set[str] = set()
-        self.records: dict[str, list[ClaimRecord]] = defaultdict(list)
-        self.by_token: dict[str, ClaimRecord] = {}
+        self.records: dict[str, list[ClaimLife]] = defaultdict(list)
+        self.by_token: dict[str, ClaimLife] = {}
         self.settle_to: datetime | None = None
         self.paging: Paging | None = None
         self._observed: tuple[int, Observation] | None = None
@@ -471,7 +467,7 @@ class BackendVsModel(RuleBasedStateMachine):
         self._settle()
         return multiple(*sorted(held, key=lambda h: h.task_id))
 
-    def _describe_due(self, due: Sequence[Due]) -> str:
+    def _describe_due(self, due: Sequence[DueTask]) -> str:
         return (
             ", ".join(
                 f"{d.id} {'lease expired' if d.reclaim else 'due'} {d.due_at.isoformat()}"
@@ -497,7 +493,7 @@ class BackendVsModel(RuleBasedStateMachine):
             )
 
     def _check_claimable(
-        self, what: str, queue: str, claims: Sequence[Claim], due: Sequence[Due], at: datetime
+        self, what: str, queue: str, claims: Sequence[Claim], due: Sequence[DueTask], at: datetime
     ) -> None:
         ids = [c.task.id for c in claims]
         if len(set(ids)) != len(ids):
@@ -579,7 +575,7 @@ class BackendVsModel(RuleBasedStateMachine):
                     "a fresh token, or the earlier holder can still report",
                 )
             self.serial += 1
-            rec = ClaimRecord(
+            rec = ClaimLife(
                 self.serial, worker, c.task.id, c.token, c.claimed_at, c.lease_expires_at
             )
             for prev in self.records[c.task.id]:
@@ -671,7 +667,7 @@ class BackendVsModel(RuleBasedStateMachine):
     @rule(queue=QUEUE, selector=SELECTORS)
     def redrive(self, queue: str, selector: Selector) -> None:
         self._begin(f"redrive({queue!r}, {selector!r})", "redrive")
-        expected = self.model.selected(queue, selector)
+        expected = self.model.selected_ids(queue, selector)
         t0 = self._now()
         got = attempt(self.observer.redrive, queue, selector)
         t1 = self._now()
@@ -731,7 +727,7 @@ class BackendVsModel(RuleBasedStateMachine):
         if got.value.next_cursor is not None:
             stayed = {
                 tid: self.model.dead_at(tid)
-                for tid in self.model.selected(queue, filter or DlqFilter(everything=True))
+                for tid in self.model.selected_ids(queue, filter or DlqFilter(everything=True))
             }
             self.paging = Paging(
                 queue, filter, size, got.value.next_cursor, want.value.next_cursor,
@@ -817,7 +813,7 @@ class BackendVsModel(RuleBasedStateMachine):
         if self._observed is not None and self._observed[0] == self.steps:
             return self._observed[1]
         t0 = self._now()
-        ids = sorted(self.known | set(self.model.ids()))
+        ids = sorted(self.known | set(self.model.task_ids()))
         tasks = {tid: self._get(tid) for tid in ids}
         stats: dict[str, QueueStats] = {}
         dlq: dict[str, DlqPage] = {}

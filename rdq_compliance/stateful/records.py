@@ -106,8 +106,8 @@ class HeldClaim:
 
 
 @dataclass
-class ClaimRecord:
-    """One claim handed out, for the one rule: when it was live, how it ended."""
+class ClaimLife:
+    """The life of one claim handed out, for the one rule: when it was live, how it ended."""
 
     serial: int
     worker: int

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from hypothesis import strategies as st
 
-from rdq_compliance.suite.concurrency import CLOCK_SLACK
+from rdq_compliance.invariants import CLOCK_SLACK
 from rdq_core.model import (
     ByIds,
     DlqFilter,

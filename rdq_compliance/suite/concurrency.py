@@ -1,12 +1,11 @@
-"""Helpers for the claim, lease, history and transition suites.
+"""Claim races for the exclusivity suite (SPEC §3, §5.1).
 
-- storage-clock comparisons, with a small slack for backends whose clock is coarser
-  than a microsecond (e.g. milliseconds);
-- :func:`assert_history`: invariant H on one task;
-- claim races: :func:`claim_loop` is the worker loop shared by the thread race and the
-  process race, :func:`process_claim_worker` is what a spawned process runs (it lives
-  here, in an importable module, because a ``spawn`` child cannot import a test file),
-  and :func:`one_claim_problems` checks what the workers reported.
+:func:`claim_loop` is the worker loop shared by the thread race and the process race,
+:func:`process_claim_worker` is what a spawned process runs (it lives here, in an
+importable module, because a ``spawn`` child cannot import a test file), and
+:func:`one_claim_problems` checks what the workers reported (each claim a
+:class:`RaceClaim`). The storage-clock and invariant-H checks the suites share with the
+stateful machine live in :mod:`rdq_compliance.invariants`.
 
 Nothing here knows about a particular backend: a child process opens the storage with
 :func:`rdq_compliance.session.open_storage` from the picklable ``StorageSpec``.
@@ -14,94 +13,29 @@ Nothing here knows about a particular backend: a child process opens the storage
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from rdq_compliance import rules
+from rdq_compliance.invariants import short
 from rdq_compliance.provision.backend import StorageSpec
+from rdq_compliance.suite.helpers import outcomes
 from rdq_core.errors import StaleClaim
-from rdq_core.model import Status, Task
+from rdq_core.model import Status
 from rdq_core.spi import Storage
-
-#: How far a stored timestamp may sit outside the storage clock readings around the call
-#: that wrote it (a backend may store milliseconds while ``now()`` reads microseconds).
-CLOCK_SLACK = timedelta(milliseconds=1)
-
-#: How many problems a failure message lists before it says "and N more".
-MAX_LISTED = 10
-
-
-# ---- time --------------------------------------------------------------------------------
-
-
-def between(
-    value: datetime | None, low: datetime, high: datetime, slack: timedelta = CLOCK_SLACK
-) -> bool:
-    """``low - slack <= value <= high + slack`` (False for ``None``)."""
-    return value is not None and low - slack <= value <= high + slack
-
-
-def close_to(value: datetime | None, expected: datetime, slack: timedelta = CLOCK_SLACK) -> bool:
-    """``value`` within ``slack`` of ``expected`` (False for ``None``)."""
-    return value is not None and abs(value - expected) <= slack
-
-
-def short(token: str) -> str:
-    """A token as failure messages show it."""
-    return f"{token[:8]}…"
-
-
-def listed(problems: Sequence[str]) -> str:
-    """Problems joined for a failure message, at most :data:`MAX_LISTED` of them."""
-    shown = "; ".join(problems[:MAX_LISTED])
-    more = len(problems) - MAX_LISTED
-    return shown + (f"; and {more} more" if more > 0 else "")
-
-
-# ---- invariant H ---------------------------------------------------------------------------
-
-
-def history_problem(task: Task) -> str | None:
-    """What breaks invariant H in ``task.attempts``, or ``None``."""
-    numbers = [a.attempt_no for a in task.attempts]
-    if any(n < 1 for n in numbers):
-        return f"attempt numbers {numbers} include one below 1"
-    if any(b <= a for a, b in itertools.pairwise(numbers)):
-        return f"attempt numbers {numbers} are not unique and strictly increasing"
-    return None
-
-
-def assert_history(task: Task, context: str = "") -> None:
-    """Fail with rule ``history-numbering`` unless ``task`` keeps invariant H."""
-    problem = history_problem(task)
-    where = f" ({context})" if context else ""
-    assert problem is None, rules.message(
-        "history-numbering", f"task {task.id!r}{where}: {problem}"
-    )
-
-
-def numbers(task: Task) -> list[int]:
-    return [a.attempt_no for a in task.attempts]
-
-
-def outcomes(task: Task) -> list[str]:
-    return [a.outcome.value for a in task.attempts]
-
 
 # ---- claim races ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ClaimRecord:
-    """One claim a race worker got, and what completing it did."""
+class RaceClaim:
+    """One claim a worker of a claim race got, and what completing it did."""
 
     task_id: str
     token: str
@@ -116,7 +50,7 @@ class WorkerReport:
     """Everything one race worker saw; ``error`` is what stopped it early, if anything."""
 
     worker: str
-    records: list[ClaimRecord] = field(default_factory=list)
+    records: list[RaceClaim] = field(default_factory=list)
     error: str | None = None
 
 
@@ -171,7 +105,7 @@ def claim_loop(
                 except Exception as exc:
                     failure = exc
                 report.records.append(
-                    ClaimRecord(
+                    RaceClaim(
                         claim.task_id,
                         claim.token,
                         worker,
@@ -239,7 +173,7 @@ def process_claim_worker(
 def one_claim_problems(task_ids: Iterable[str], reports: Iterable[WorkerReport]) -> list[str]:
     """Every task must have been claimed exactly once, by one worker, and completed."""
     wanted = list(task_ids)
-    by_task: dict[str, list[ClaimRecord]] = defaultdict(list)
+    by_task: dict[str, list[RaceClaim]] = defaultdict(list)
     problems: list[str] = []
     for report in reports:
         if report.error is not None:

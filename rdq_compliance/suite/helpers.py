@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from rdq_compliance.rules import message
 from rdq_core.errors import NotFound, StaleClaim
-from rdq_core.model import Claim, ErrorInfo, NewTask, Outcome, Task
+from rdq_core.model import Claim, NewTask, Task
 from rdq_core.spi import Storage
 
 #: A lease short enough to let expire in a test, long enough to hold across a few calls.
@@ -130,28 +130,6 @@ def expire(storage: Storage, claim: Claim) -> None:
     wait_until(storage, claim.lease_expires_at)
 
 
-def make_dead(
-    storage: Storage,
-    queue: str = "q",
-    error: ErrorInfo | None = None,
-    handler: str = "h",
-    **kwargs: object,
-) -> Task:
-    """Enqueue, claim and dead-letter one task; returns it as stored.
-
-    The queue must hold nothing else that is due (the claim must pick this task).
-    """
-    tid = enqueue(storage, queue, handler=handler, **kwargs)
-    claim = claim_one(storage, queue)
-    assert claim.task_id == tid, message(
-        "claim-order", f"claimed {claim.task_id!r}, expected {tid!r} (the only due task)"
-    )
-    storage.dead_letter(
-        tid, claim.token, error or ErrorInfo("boom.Error", "boom"), Outcome.PERMANENT_FAILURE
-    )
-    return storage.get(tid)
-
-
 def is_stale(fn: object, *args: object) -> bool:
     """True if calling ``fn(*args)`` raises StaleClaim."""
     try:
@@ -159,3 +137,13 @@ def is_stale(fn: object, *args: object) -> bool:
     except StaleClaim:
         return True
     return False
+
+
+def numbers(task: Task) -> list[int]:
+    """The task's attempt numbers, oldest first (as failure messages show them)."""
+    return [a.attempt_no for a in task.attempts]
+
+
+def outcomes(task: Task) -> list[str]:
+    """The task's attempt outcomes, oldest first (as failure messages show them)."""
+    return [a.outcome.value for a in task.attempts]

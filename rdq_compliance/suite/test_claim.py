@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from rdq_compliance import rules
-from rdq_compliance.suite.concurrency import between, close_to, short
+from rdq_compliance.invariants import between, close_to, short
 from rdq_compliance.suite.helpers import (
     LONG_LEASE,
     SHORT_LEASE,

@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rdq_compliance import rules
+from rdq_compliance.invariants import listed
 from rdq_compliance.suite import concurrency
 from rdq_compliance.suite.concurrency import (
     WorkerReport,
     final_state_problems,
-    listed,
     one_claim_problems,
 )
 from rdq_compliance.suite.helpers import LONG_LEASE, enqueue

@@ -12,8 +12,16 @@ from datetime import timedelta
 import pytest
 
 from rdq_compliance import rules
-from rdq_compliance.suite.concurrency import assert_history, numbers, outcomes, short
-from rdq_compliance.suite.helpers import LONG_LEASE, SHORT_LEASE, claim_one, enqueue, expire
+from rdq_compliance.invariants import assert_history, short
+from rdq_compliance.suite.helpers import (
+    LONG_LEASE,
+    SHORT_LEASE,
+    claim_one,
+    enqueue,
+    expire,
+    numbers,
+    outcomes,
+)
 from rdq_core.model import ByIds, Claim, ErrorInfo, Outcome, Status, Task
 from rdq_core.spi import Storage
 

@@ -13,8 +13,15 @@ from datetime import timedelta
 import pytest
 
 from rdq_compliance import rules
-from rdq_compliance.suite.concurrency import assert_history, between, close_to, outcomes, short
-from rdq_compliance.suite.helpers import LONG_LEASE, SHORT_LEASE, claim_one, enqueue, expire
+from rdq_compliance.invariants import assert_history, between, close_to, short
+from rdq_compliance.suite.helpers import (
+    LONG_LEASE,
+    SHORT_LEASE,
+    claim_one,
+    enqueue,
+    expire,
+    outcomes,
+)
 from rdq_core.errors import InvalidArgument, StaleClaim
 from rdq_core.model import ErrorInfo, Outcome, Status
 from rdq_core.spi import Storage

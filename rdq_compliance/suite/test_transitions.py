@@ -11,15 +11,8 @@ from datetime import timedelta
 import pytest
 
 from rdq_compliance import rules
-from rdq_compliance.suite.concurrency import (
-    CLOCK_SLACK,
-    assert_history,
-    between,
-    close_to,
-    outcomes,
-    short,
-)
-from rdq_compliance.suite.helpers import LONG_LEASE, claim_one, enqueue, wait_until
+from rdq_compliance.invariants import CLOCK_SLACK, assert_history, between, close_to, short
+from rdq_compliance.suite.helpers import LONG_LEASE, claim_one, enqueue, outcomes, wait_until
 from rdq_core.errors import InvalidArgument
 from rdq_core.model import Attempt, Claim, ErrorInfo, Outcome, Status, Task
 

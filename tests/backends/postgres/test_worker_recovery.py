@@ -31,7 +31,7 @@ from _pg_support import ensure_running, local_server
 from rdq_postgres.local import LocalPostgresServer
 from rdq_postgres.storage import PostgresStorage
 
-from rdq_compliance.suite.concurrency import history_problem
+from rdq_compliance.invariants import history_problem
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask, Outcome, Status, Task
 from rdq_core.retry import RetryPolicy
