@@ -56,20 +56,16 @@ from rdq_compliance.provision.backend import (
     ProvisionRequest,
     ProvisionUnavailable,
 )
-from rdq_core.errors import InvalidArgument
-from rdq_core.localserver import (
-    BinaryNotFound,
+from rdq_compliance.provision.binaries import BinaryNotFound, find_binaries
+from rdq_compliance.provision.ports import free_port
+from rdq_compliance.provision.process import (
     ManagedProcess,
     ProcessFailed,
-    RunAs,
-    chown_tree,
-    find_binaries,
-    free_port,
     remove_tree,
-    resolve_user,
     run_to_completion,
-    traversable_by,
 )
+from rdq_compliance.provision.users import RunAs, chown_tree, resolve_user, traversable_by
+from rdq_core.errors import InvalidArgument
 from rdq_postgres.plugin import PostgresServer
 
 #: Where PostgreSQL is usually installed, searched after ``PATH`` (globs: newest first).

@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from rdq_postgres.container import docker_unavailable_reason, start_container
+from rdq_postgres.container import start_container
 from rdq_postgres.local import LocalPostgresServer, find_postgres
 from rdq_postgres.plugin import PostgresBackend, PostgresServer, backend
 
@@ -38,8 +38,9 @@ from rdq_compliance.provision.backend import (
     ProvisionUnavailable,
     Server,
 )
+from rdq_compliance.provision.containers import docker_unavailable_reason
+from rdq_compliance.provision.ports import port_open
 from rdq_core.errors import BackendUnavailable, NotFound
-from rdq_core.localserver import port_open
 from rdq_core.model import NewTask
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX only")
