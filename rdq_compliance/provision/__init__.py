@@ -16,6 +16,8 @@ One small module per job:
                           :func:`remove_tree`
 ``_watchdog``             the script that launches a ManagedProcess and reaps it when the
                           kit dies (stdlib only, run as ``python -I -S``, never imported)
+``options``               the one parser of ``--rdq-option`` rung options:
+                          :func:`option`, :class:`RungOptions`
 ``containers``            :func:`docker_unavailable_reason`, :func:`wait_until_ready`
 ========================  ===============================================================
 
@@ -46,6 +48,13 @@ from rdq_compliance.provision.binaries import (
     search_dirs,
 )
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
+from rdq_compliance.provision.options import (
+    Option,
+    OptionValues,
+    Paths,
+    RungOptions,
+    option,
+)
 from rdq_compliance.provision.ports import free_port, port_open
 from rdq_compliance.provision.process import (
     ManagedProcess,
@@ -62,10 +71,14 @@ __all__ = [
     "Backend",
     "BinaryNotFound",
     "ManagedProcess",
+    "Option",
+    "OptionValues",
+    "Paths",
     "ProcessFailed",
     "ProvisionRequest",
     "ProvisionUnavailable",
     "RunAs",
+    "RungOptions",
     "Server",
     "StorageSpec",
     "UnsupportedFault",
@@ -74,6 +87,7 @@ __all__ = [
     "find_binaries",
     "find_binary",
     "free_port",
+    "option",
     "port_open",
     "remove_tree",
     "resolve_user",
