@@ -2,12 +2,11 @@
 
 Tried only when the local binaries are missing and Docker is allowed. First it asks
 whether Docker answers at all (``docker_unavailable_reason`` of
-:mod:`rdq_compliance.provision.containers`, a ping with a hard
-deadline of a few seconds), so a machine without a Docker engine gets a clean reason at
-once instead of a long hang or a traceback. The container's port is published on
-127.0.0.1 only, on a free port chosen here and fixed for the container's life, so a
-restarted container comes back at the same address; the DSN always names 127.0.0.1 (never
-a Docker bridge address).
+:mod:`rdq_compliance.provision.containers`, a ping with a hard deadline of a few seconds),
+so a machine without a Docker engine gets a clean reason at once instead of a long hang
+or a traceback. The container's port is published on 127.0.0.1 only, on a free port
+chosen here and fixed for the container's life, so a restarted container comes back at
+the same address; the DSN always names 127.0.0.1 (never a Docker bridge address).
 
 Faults: ``kill_server`` is ``docker kill`` (SIGKILL to the postmaster, PID 1 of the
 container, which takes every other process of the container with it), ``restart_server``
@@ -15,8 +14,12 @@ starts the same container again (its data volume is kept, so the server does cra
 recovery and no committed task is lost), ``cut_connections`` works as on any server.
 If the test runner dies, testcontainers' Ryuk sidecar removes the container.
 
-Options: ``pg_image`` (default :data:`DEFAULT_IMAGE`), ``pg_start_timeout`` (seconds, 60),
+Options (declared in :mod:`rdq_postgres.options`, parsed by the kit's shared parser):
+``pg_image`` (default :data:`DEFAULT_IMAGE`), ``pg_start_timeout`` (seconds, 60),
 ``pg_max_connections`` (200).
+
+Plugin half: built from :mod:`rdq_compliance.provision` on
+:class:`rdq_postgres.server.PostgresServer`.
 """
 
 from __future__ import annotations
@@ -37,24 +40,25 @@ from rdq_compliance.provision.backend import (
 )
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
 from rdq_compliance.provision.ports import free_port
-from rdq_core.errors import InvalidArgument
-from rdq_postgres.plugin import PostgresServer
+from rdq_postgres.options import (
+    CONTAINER_OPTIONS,
+    DEFAULT_IMAGE,
+    PG_IMAGE,
+    PG_MAX_CONNECTIONS,
+    PG_START_TIMEOUT,
+)
+from rdq_postgres.server import PostgresServer
 
-DEFAULT_IMAGE = "postgres:16-alpine"
+__all__ = [
+    "DEFAULT_IMAGE",
+    "ContainerPostgresServer",
+    "docker_unavailable_reason",
+    "start_container",
+]
+
 _USER = "postgres"
 _DATABASE = "rdq"
 _CONTAINER_PORT = 5432
-
-
-def _options(request: ProvisionRequest) -> tuple[str, float, int]:
-    options = request.options
-    image = str(options.get("pg_image") or DEFAULT_IMAGE)
-    try:
-        timeout = float(options.get("pg_start_timeout", 60.0))
-        max_connections = int(options.get("pg_max_connections", 200))
-    except ValueError as exc:
-        raise InvalidArgument(f"postgres container options: {exc}") from None
-    return image, timeout, max_connections
 
 
 def _wait_ready(dsn: str, timeout: float, what: str) -> None:
@@ -106,6 +110,10 @@ class ContainerPostgresServer(PostgresServer):
 
 def start_container(request: ProvisionRequest) -> ContainerPostgresServer:
     """Rung 3 of the ladder: ``ProvisionUnavailable`` at once when Docker does not answer."""
+    options = CONTAINER_OPTIONS.parse(request.options)  # a bad value fails before any work
+    image = options[PG_IMAGE]
+    timeout = options[PG_START_TIMEOUT]
+    max_connections = options[PG_MAX_CONNECTIONS]
     reason = docker_unavailable_reason()
     if reason is not None:
         raise ProvisionUnavailable(reason)
@@ -114,7 +122,6 @@ def start_container(request: ProvisionRequest) -> ContainerPostgresServer:
     except ImportError:  # testcontainers < 4.14
         from testcontainers.postgres import PostgresContainer
 
-    image, timeout, max_connections = _options(request)
     port = free_port()
     password = secrets.token_hex(12)
     container = PostgresContainer(
