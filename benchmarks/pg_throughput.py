@@ -64,8 +64,8 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from rdq_postgres.plugin import PostgresServer
 from rdq_postgres.queries import LEASE_EXPIRED_MESSAGE, Queries
+from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.model import LEASE_EXPIRED_ERROR

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rdq_compliance.chaos.worker_main import WorkerConfig
-from rdq_core.localserver import ManagedProcess
+from rdq_compliance.provision.process import ManagedProcess
 
 #: Grace the watchdog gives a worker after SIGTERM when the harness is gone.
 ORPHAN_GRACE = 0.2

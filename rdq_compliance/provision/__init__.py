@@ -1,8 +1,33 @@
 """What a backend's plugin half builds on: the :class:`Backend` and :class:`Server`
-interfaces and the provisioning ladder (:mod:`rdq_compliance.provision.backend`).
+interfaces and the provisioning ladder, and the pieces every server backend's rungs share.
 
-A backend's *storage* half imports only :mod:`rdq_core` and its driver, so it is usable
-without the kit; its *plugin* half (the ``Backend`` and its rungs) imports from here.
+One small module per job:
+
+========================  ===============================================================
+``backend``               the ``Backend``/``Server`` interfaces, ``ProvisionRequest``,
+                          ``StorageSpec``, ``ProvisionUnavailable``, the fault names
+``ports``                 :func:`free_port`, :func:`port_open`
+``binaries``              :func:`find_binary`, :func:`find_binaries`, :func:`search_dirs`,
+                          :class:`BinaryNotFound`
+``users``                 :class:`RunAs`, :func:`resolve_user`, :func:`chown_tree`,
+                          :func:`traversable_by` (a server run as another user when root)
+``process``               :class:`ManagedProcess` (a process that dies with the kit),
+                          :class:`ProcessFailed`, :func:`run_to_completion`,
+                          :func:`remove_tree`
+``_watchdog``             the script that launches a ManagedProcess and reaps it when the
+                          kit dies (stdlib only, run as ``python -I -S``, never imported)
+``options``               the one parser of ``--rdq-option`` rung options:
+                          :func:`option`, :class:`RungOptions`
+``containers``            :func:`docker_unavailable_reason`, :func:`wait_until_ready`
+========================  ===============================================================
+
+**Import rule.** A backend's *storage* half imports only :mod:`rdq_core` and its driver,
+so it is usable without the kit, and never this package; its *plugin* half (the
+``Backend``, its ``Server`` and rungs) imports from here. This package imports only
+:mod:`rdq_core`, the standard library and psutil (docker and testcontainers lazily, in the
+container helpers), never a backend. Its modules import one another by module
+(``from rdq_compliance.provision.ports import free_port``), never through this
+``__init__``, so that importing any one of them does not need the others.
 """
 
 from rdq_compliance.provision.backend import (
@@ -17,6 +42,28 @@ from rdq_compliance.provision.backend import (
     StorageSpec,
     UnsupportedFault,
 )
+from rdq_compliance.provision.binaries import (
+    BinaryNotFound,
+    find_binaries,
+    find_binary,
+    search_dirs,
+)
+from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
+from rdq_compliance.provision.options import (
+    Option,
+    OptionValues,
+    Paths,
+    RungOptions,
+    option,
+)
+from rdq_compliance.provision.ports import free_port, port_open
+from rdq_compliance.provision.process import (
+    ManagedProcess,
+    ProcessFailed,
+    remove_tree,
+    run_to_completion,
+)
+from rdq_compliance.provision.users import RunAs, chown_tree, resolve_user, traversable_by
 
 __all__ = [
     "CUT_CONNECTIONS",
@@ -24,9 +71,30 @@ __all__ = [
     "KILL_SERVER",
     "RESTART_SERVER",
     "Backend",
+    "BinaryNotFound",
+    "ManagedProcess",
+    "Option",
+    "OptionValues",
+    "Paths",
+    "ProcessFailed",
     "ProvisionRequest",
     "ProvisionUnavailable",
+    "RunAs",
+    "RungOptions",
     "Server",
     "StorageSpec",
     "UnsupportedFault",
+    "chown_tree",
+    "docker_unavailable_reason",
+    "find_binaries",
+    "find_binary",
+    "free_port",
+    "option",
+    "port_open",
+    "remove_tree",
+    "resolve_user",
+    "run_to_completion",
+    "search_dirs",
+    "traversable_by",
+    "wait_until_ready",
 ]

@@ -1,12 +1,12 @@
 """The container rung: a PostgreSQL server in a Docker container, through testcontainers.
 
 Tried only when the local binaries are missing and Docker is allowed. First it asks
-whether Docker answers at all (:func:`docker_unavailable_reason`, a ping with a hard
-deadline of a few seconds), so a machine without a Docker engine gets a clean reason at
-once instead of a long hang or a traceback. The container's port is published on
-127.0.0.1 only, on a free port chosen here and fixed for the container's life, so a
-restarted container comes back at the same address; the DSN always names 127.0.0.1 (never
-a Docker bridge address).
+whether Docker answers at all (``docker_unavailable_reason`` of
+:mod:`rdq_compliance.provision.containers`, a ping with a hard deadline of a few seconds),
+so a machine without a Docker engine gets a clean reason at once instead of a long hang
+or a traceback. The container's port is published on 127.0.0.1 only, on a free port
+chosen here and fixed for the container's life, so a restarted container comes back at
+the same address; the DSN always names 127.0.0.1 (never a Docker bridge address).
 
 Faults: ``kill_server`` is ``docker kill`` (SIGKILL to the postmaster, PID 1 of the
 container, which takes every other process of the container with it), ``restart_server``
@@ -14,17 +14,19 @@ starts the same container again (its data volume is kept, so the server does cra
 recovery and no committed task is lost), ``cut_connections`` works as on any server.
 If the test runner dies, testcontainers' Ryuk sidecar removes the container.
 
-Options: ``pg_image`` (default :data:`DEFAULT_IMAGE`), ``pg_start_timeout`` (seconds, 60),
+Options (declared in :mod:`rdq_postgres.options`, parsed by the kit's shared parser):
+``pg_image`` (default :data:`DEFAULT_IMAGE`), ``pg_start_timeout`` (seconds, 60),
 ``pg_max_connections`` (200).
+
+Plugin half: built from :mod:`rdq_compliance.provision` on
+:class:`rdq_postgres.server.PostgresServer`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import threading
-import time
 from typing import Any
 
 import psycopg
@@ -36,83 +38,37 @@ from rdq_compliance.provision.backend import (
     ProvisionRequest,
     ProvisionUnavailable,
 )
-from rdq_core.errors import InvalidArgument
-from rdq_core.localserver import free_port
-from rdq_postgres.plugin import PostgresServer
+from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
+from rdq_compliance.provision.ports import free_port
+from rdq_postgres.options import (
+    CONTAINER_OPTIONS,
+    DEFAULT_IMAGE,
+    PG_IMAGE,
+    PG_MAX_CONNECTIONS,
+    PG_START_TIMEOUT,
+)
+from rdq_postgres.server import PostgresServer
 
-DEFAULT_IMAGE = "postgres:16-alpine"
-#: Seconds the "does Docker answer?" check may take in all.
-DOCKER_CHECK_TIMEOUT = 2.0
+__all__ = [
+    "DEFAULT_IMAGE",
+    "ContainerPostgresServer",
+    "docker_unavailable_reason",
+    "start_container",
+]
+
 _USER = "postgres"
 _DATABASE = "rdq"
 _CONTAINER_PORT = 5432
 
 
-def docker_unavailable_reason(timeout: float = DOCKER_CHECK_TIMEOUT) -> str | None:
-    """Why no container can be started here, or ``None`` when Docker answers a ping.
-
-    Uses the Docker host testcontainers would use (``DOCKER_HOST``, its properties file,
-    the current Docker context). Never takes much longer than ``timeout`` seconds.
-    """
-    try:
-        import docker
-        from testcontainers.core.docker_client import get_docker_host
-    except ImportError as exc:
-        return f"testcontainers is not installed ({exc}); pip install 'rdq[docker]'"
-
-    outcome: list[str | None] = []
-
-    def check() -> None:
-        try:
-            environment = dict(os.environ)
-            host = get_docker_host()
-            if host:
-                environment["DOCKER_HOST"] = host
-            client = docker.from_env(timeout=max(1, round(timeout)), environment=environment)
-            try:
-                client.ping()
-            finally:
-                client.close()
-        except Exception as exc:
-            text = str(exc).strip() or type(exc).__name__
-            outcome.append(f"Docker is not reachable: {text}")
-        else:
-            outcome.append(None)
-
-    thread = threading.Thread(target=check, name="rdq-docker-ping", daemon=True)
-    thread.start()
-    thread.join(timeout + 0.5)
-    if not outcome:
-        return f"Docker is not reachable: no answer within {timeout:.0f}s"
-    return outcome[0]
-
-
-def _options(request: ProvisionRequest) -> tuple[str, float, int]:
-    options = request.options
-    image = str(options.get("pg_image") or DEFAULT_IMAGE)
-    try:
-        timeout = float(options.get("pg_start_timeout", 60.0))
-        max_connections = int(options.get("pg_max_connections", 200))
-    except ValueError as exc:
-        raise InvalidArgument(f"postgres container options: {exc}") from None
-    return image, timeout, max_connections
-
-
 def _wait_ready(dsn: str, timeout: float, what: str) -> None:
     """Poll until ``dsn`` accepts a connection from this host (through the port mapping)."""
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while True:
-        try:
-            with psycopg.connect(dsn, connect_timeout=2):
-                return
-        except psycopg.Error as exc:
-            if time.monotonic() >= deadline:
-                raise ProvisionUnavailable(
-                    f"{what} did not accept connections within {timeout:.0f}s: {exc}"
-                ) from exc
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+
+    def connect() -> None:
+        with psycopg.connect(dsn, connect_timeout=2):
+            pass
+
+    wait_until_ready(connect, timeout, what, errors=(psycopg.Error,))
 
 
 class ContainerPostgresServer(PostgresServer):
@@ -154,6 +110,10 @@ class ContainerPostgresServer(PostgresServer):
 
 def start_container(request: ProvisionRequest) -> ContainerPostgresServer:
     """Rung 3 of the ladder: ``ProvisionUnavailable`` at once when Docker does not answer."""
+    options = CONTAINER_OPTIONS.parse(request.options)  # a bad value fails before any work
+    image = options[PG_IMAGE]
+    timeout = options[PG_START_TIMEOUT]
+    max_connections = options[PG_MAX_CONNECTIONS]
     reason = docker_unavailable_reason()
     if reason is not None:
         raise ProvisionUnavailable(reason)
@@ -162,7 +122,6 @@ def start_container(request: ProvisionRequest) -> ContainerPostgresServer:
     except ImportError:  # testcontainers < 4.14
         from testcontainers.postgres import PostgresContainer
 
-    image, timeout, max_connections = _options(request)
     port = free_port()
     password = secrets.token_hex(12)
     container = PostgresContainer(

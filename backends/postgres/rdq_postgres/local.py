@@ -26,13 +26,17 @@ Durability settings — ``fsync=off`` (for speed), ``synchronous_commit=on`` and
   interrupt an 8 kB page write between its 4 kB halves, and the full-page images in the WAL
   are what repairs such a torn page.
 
-Options (``--rdq-option KEY=VALUE``):
+Options (``--rdq-option KEY=VALUE``, declared in :mod:`rdq_postgres.options` and parsed
+by the kit's shared parser, all checked before anything is started):
 
 ``pg_bin_dir``         folders (``os.pathsep``-separated) holding ``initdb`` and ``postgres``;
                        searched *instead of* ``PATH`` and the usual folders (empty: none)
 ``pg_user``            the system user to run the server as when we are root (``postgres``)
 ``pg_max_connections`` ``max_connections`` of the server (200)
 ``pg_start_timeout``   seconds to wait for the server to accept connections (60)
+
+Plugin half: built from :mod:`rdq_compliance.provision` (managed processes, free ports,
+binary search, the server user) on :class:`rdq_postgres.server.PostgresServer`.
 """
 
 from __future__ import annotations
@@ -56,21 +60,25 @@ from rdq_compliance.provision.backend import (
     ProvisionRequest,
     ProvisionUnavailable,
 )
-from rdq_core.errors import InvalidArgument
-from rdq_core.localserver import (
-    BinaryNotFound,
+from rdq_compliance.provision.binaries import BinaryNotFound, find_binaries
+from rdq_compliance.provision.options import Paths
+from rdq_compliance.provision.ports import free_port
+from rdq_compliance.provision.process import (
     ManagedProcess,
     ProcessFailed,
-    RunAs,
-    chown_tree,
-    find_binaries,
-    free_port,
     remove_tree,
-    resolve_user,
     run_to_completion,
-    traversable_by,
 )
-from rdq_postgres.plugin import PostgresServer
+from rdq_compliance.provision.users import RunAs, chown_tree, resolve_user, traversable_by
+from rdq_postgres.options import (
+    DEFAULT_OS_USER,
+    LOCAL_OPTIONS,
+    PG_BIN_DIR,
+    PG_MAX_CONNECTIONS,
+    PG_START_TIMEOUT,
+    PG_USER,
+)
+from rdq_postgres.server import PostgresServer
 
 #: Where PostgreSQL is usually installed, searched after ``PATH`` (globs: newest first).
 PG_SEARCH_DIRS: tuple[str, ...] = (
@@ -86,8 +94,6 @@ PG_SEARCH_DIRS: tuple[str, ...] = (
 )
 #: The binaries the rung needs, found together in one folder.
 REQUIRED_BINARIES = ("initdb", "postgres")
-#: The system user the server runs as when we are root.
-DEFAULT_OS_USER = "postgres"
 #: The database superuser ``initdb`` creates (trust authentication, no password).
 SUPERUSER = "postgres"
 #: The database the namespaces (schemas) live in.
@@ -96,27 +102,17 @@ DATABASE = "rdq"
 _MAX_SOCKET_DIR = 90
 
 
-def _option(options: Mapping[str, str], key: str, default: str) -> str:
-    value = options.get(key)
-    return default if value is None else str(value)
-
-
-def _number(options: Mapping[str, str], key: str, default: float) -> float:
-    text = _option(options, key, str(default))
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidArgument(f"--rdq-option {key}={text!r}: expected a number") from None
-    if value <= 0:
-        raise InvalidArgument(f"--rdq-option {key}={text!r}: must be positive")
-    return value
-
-
 def find_postgres(options: Mapping[str, str]) -> dict[str, Path]:
-    """``{"initdb": path, "postgres": path}`` from one folder, or ``ProvisionUnavailable``."""
-    if "pg_bin_dir" in options:
-        given = [d for d in str(options["pg_bin_dir"]).split(os.pathsep) if d.strip()]
-        dirs, use_path = given, False
+    """``{"initdb": path, "postgres": path}`` from one folder, or ``ProvisionUnavailable``.
+
+    Searches the folders of ``pg_bin_dir`` if given, else ``PATH`` and the usual folders.
+    """
+    return _find_binaries(PG_BIN_DIR.read(options))
+
+
+def _find_binaries(bin_dirs: Paths | None) -> dict[str, Path]:
+    if bin_dirs is not None:
+        dirs, use_path = list(bin_dirs), False
         hint = "as given by --rdq-option pg_bin_dir"
     else:
         dirs, use_path = list(PG_SEARCH_DIRS), True
@@ -131,11 +127,10 @@ def find_postgres(options: Mapping[str, str]) -> dict[str, Path]:
         ) from None
 
 
-def _server_user(options: Mapping[str, str]) -> RunAs | None:
-    """The user to run as: ``None`` (ourselves) unless we are root."""
+def _server_user(name: str = DEFAULT_OS_USER) -> RunAs | None:
+    """The user to run as (``pg_user``): ``None`` (ourselves) unless we are root."""
     if os.name != "posix" or os.geteuid() != 0:
         return None
-    name = _option(options, "pg_user", DEFAULT_OS_USER)
     try:
         user = resolve_user(name)
     except LookupError:
@@ -339,17 +334,17 @@ def _prepare_base(workdir: Path, user: RunAs | None) -> tuple[Path, bool]:
 
 def create_cluster(request: ProvisionRequest) -> LocalCluster:
     """Find the binaries, initdb, start the server on a free port, create the database."""
-    options = request.options
-    binaries = find_postgres(options)
-    user = _server_user(options)
+    options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
+    binaries = _find_binaries(options[PG_BIN_DIR])
+    user = _server_user(options[PG_USER])
     base, private = _prepare_base(Path(request.workdir), user)
     cluster = LocalCluster(
         binaries=binaries,
         base=base,
         port=0,
         user=user,
-        max_connections=int(_number(options, "pg_max_connections", 200)),
-        start_timeout=_number(options, "pg_start_timeout", 60.0),
+        max_connections=options[PG_MAX_CONNECTIONS],
+        start_timeout=options[PG_START_TIMEOUT],
         private_base=private,
     )
     try:

@@ -6,6 +6,9 @@ ready, made by a daemon thread on its own connection; :meth:`take` hands one out
 waiting (or ``None`` when none is ready, and the caller creates one itself). Errors in
 the thread (server down, restarting) only pause it. In a forked child the stock is empty
 (the thread does not exist there) and callers simply create synchronously.
+
+Plugin half (only :class:`rdq_postgres.server.PostgresServer` uses it), although it
+imports nothing of the kit: psycopg and the storage half's ``schema`` and ``connection``.
 """
 
 from __future__ import annotations

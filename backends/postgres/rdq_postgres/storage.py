@@ -36,6 +36,12 @@ transaction); Python's clock is never used. The server's clock is trusted to be 
 **Errors.** Every psycopg error is mapped (:func:`rdq_postgres.errors.map_error`): a lost
 or refused connection or a pool timeout is ``BackendUnavailable``, a value PostgreSQL
 refuses is ``InvalidArgument``.
+
+**Storage half.** This module and what it builds on (``connection``, ``queries``,
+``schema``, ``rows``, ``errors``) import only :mod:`rdq_core`, psycopg/psycopg_pool and
+one another — never :mod:`rdq_compliance` nor the plugin half (``plugin``, ``server``,
+``local``, ``container``, ``options``, ``stock``) — so a ``PostgresStorage`` works without
+the kit installed or imported.
 """
 
 from __future__ import annotations

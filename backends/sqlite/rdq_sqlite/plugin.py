@@ -6,6 +6,10 @@ in it (plus its ``-wal`` and ``-shm`` files). The DSN is the directory's path:
 anything in it on close; without a DSN the kit's private ``workdir`` is used and the
 namespaces created there are removed on close. No fault injection: there is no server
 process to kill (worker processes are SIGKILLed by the harness itself).
+
+Plugin half: may import :mod:`rdq_compliance.provision` (it needs only the ``Backend`` and
+``Server`` interfaces) and the storage half; the storage half (``storage``,
+``connection``, ``schema``) never imports this module nor the kit.
 """
 
 from __future__ import annotations

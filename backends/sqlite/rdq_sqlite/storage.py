@@ -28,6 +28,10 @@ that committed before it, whichever process ran it.
 
 **Durability.** WAL with ``synchronous=NORMAL``: a committed transaction survives the
 SIGKILL of any process; only an OS crash or power loss may lose the last commits.
+
+**Storage half.** This module, ``connection`` and ``schema`` import only :mod:`rdq_core`
+and the standard library — never :mod:`rdq_compliance` nor :mod:`rdq_sqlite.plugin` — so
+a ``SqliteStorage`` works without the kit installed or imported.
 """
 
 from __future__ import annotations

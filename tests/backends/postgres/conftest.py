@@ -21,7 +21,7 @@ if HERE not in sys.path:
 
 import psycopg  # noqa: E402
 from _pg_support import require_server  # noqa: E402
-from rdq_postgres.plugin import PostgresServer  # noqa: E402
+from rdq_postgres.server import PostgresServer  # noqa: E402
 from rdq_postgres.storage import PostgresStorage  # noqa: E402
 
 

@@ -39,8 +39,8 @@ import pytest
 from _pg_support import count_rows, require_server
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from rdq_postgres.plugin import PostgresServer
 from rdq_postgres.queries import Queries, claim_params
+from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.model import NewTask, Outcome, Status

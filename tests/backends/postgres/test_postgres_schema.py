@@ -17,7 +17,8 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from rdq_postgres import schema
 from rdq_postgres.errors import is_retryable
-from rdq_postgres.plugin import PostgresBackend, PostgresServer
+from rdq_postgres.plugin import PostgresBackend
+from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_compliance import registry

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from _pg_support import require_server, sleep_on_server
 from rdq_postgres.errors import mask_dsn
-from rdq_postgres.plugin import PostgresServer, backend
+from rdq_postgres.plugin import backend
+from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_compliance.provision.backend import ProvisionRequest

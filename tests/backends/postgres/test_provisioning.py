@@ -26,9 +26,11 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from rdq_postgres.container import docker_unavailable_reason, start_container
+from rdq_postgres.container import start_container
 from rdq_postgres.local import LocalPostgresServer, find_postgres
-from rdq_postgres.plugin import PostgresBackend, PostgresServer, backend
+from rdq_postgres.options import CONTAINER_OPTIONS, LOCAL_OPTIONS
+from rdq_postgres.plugin import PostgresBackend, backend
+from rdq_postgres.server import PostgresServer
 
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
@@ -38,8 +40,9 @@ from rdq_compliance.provision.backend import (
     ProvisionUnavailable,
     Server,
 )
-from rdq_core.errors import BackendUnavailable, NotFound
-from rdq_core.localserver import port_open
+from rdq_compliance.provision.containers import docker_unavailable_reason
+from rdq_compliance.provision.ports import port_open
+from rdq_core.errors import BackendUnavailable, InvalidArgument, NotFound
 from rdq_core.model import NewTask
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX only")
@@ -200,6 +203,46 @@ def test_the_container_rung_without_docker_fails_fast_and_clearly(tmp_path: Path
     with pytest.raises(ProvisionUnavailable, match=r"^Docker is not reachable: "):
         start_container(ProvisionRequest(workdir=tmp_path))
     assert time.monotonic() - began < 2
+
+
+def test_the_rungs_options_keep_their_names_and_defaults() -> None:
+    assert LOCAL_OPTIONS.parse({}).as_dict() == {
+        "pg_bin_dir": None,
+        "pg_user": "postgres",
+        "pg_max_connections": 200,
+        "pg_start_timeout": 60.0,
+    }
+    assert CONTAINER_OPTIONS.parse({}).as_dict() == {
+        "pg_image": "postgres:16-alpine",
+        "pg_max_connections": 200,
+        "pg_start_timeout": 60.0,
+    }
+
+
+@pytest.mark.parametrize("rung", ["start_local_server", "start_container"])
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("pg_start_timeout", "soon", "a positive number"),
+        ("pg_max_connections", "2.5", "a positive whole number"),
+    ],
+)
+def test_both_rungs_refuse_a_bad_option_before_starting_anything(
+    tmp_path: Path, rung: str, key: str, value: str, expected: str
+) -> None:
+    request = ProvisionRequest(workdir=tmp_path, options={key: value})
+    began = time.monotonic()
+    with pytest.raises(InvalidArgument) as info:
+        getattr(backend, rung)(request)
+    assert str(info.value).startswith(f"--rdq-option {key}={value!r}: expected {expected} (")
+    assert time.monotonic() - began < 1, "the options must be checked before any work"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_option_is_an_error_of_the_ladder_not_a_missing_server(tmp_path: Path) -> None:
+    request = ProvisionRequest(workdir=tmp_path, options={"pg_start_timeout": "-1"})
+    with pytest.raises(InvalidArgument, match="pg_start_timeout='-1': expected a positive"):
+        PostgresBackend().provision(request)
 
 
 def test_the_docker_check_gives_up_on_a_silent_daemon(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,243 +1,78 @@
-"""Run a server binary as a managed local process (stdlib only).
+"""A server binary run as a managed local process, tied to the lifetime of the kit.
 
-Every server backend's "local binaries" rung (Postgres now; Redis and Mongo later) is
-built from these pieces:
-
-* :func:`free_port` — a free TCP port on 127.0.0.1;
-* :func:`find_binary` / :func:`find_binaries` — a binary on ``PATH`` or in the usual
-  install folders the caller names (glob patterns allowed, newest version first);
-* :class:`ManagedProcess` — a server started in its own session (so its process group
-  is its own), optionally as another user when we are root, output to a log file, with
-  :meth:`~ManagedProcess.wait_ready` (a real readiness probe, no blind sleeps),
-  :meth:`~ManagedProcess.kill` (SIGKILL to the group), :meth:`~ManagedProcess.stop`
-  (stop signal, grace period, SIGKILL) and :meth:`~ManagedProcess.pids`.
+:class:`ManagedProcess` is what every server backend's "local binaries" rung (PostgreSQL
+now; Redis and MongoDB later) and the chaos harness's worker fleet start processes with:
+a process started in its own session (so its process group is its own), optionally as
+another user when we are root (:mod:`rdq_compliance.provision.users`), output to a log
+file, with :meth:`~ManagedProcess.wait_ready` (a real readiness probe, no blind sleeps),
+:meth:`~ManagedProcess.kill` (SIGKILL to the whole tree), :meth:`~ManagedProcess.stop`
+(stop signal, grace period, SIGKILL) and :meth:`~ManagedProcess.pids` (the live
+processes of the tree, listed with psutil). :func:`run_to_completion` runs a one-shot
+command (``initdb``) the same way; :func:`remove_tree` deletes what a server left.
 
 **The server dies with the kit.** A ManagedProcess is launched by a small watchdog
-process (:mod:`rdq_core._watchdog`) that holds the read end of a pipe whose only writer
-is the process that called :meth:`~ManagedProcess.start`. When that process dies —
-however, SIGKILL included — the kernel closes the pipe, the watchdog reads end of file,
-stops the server's whole process group and removes the paths it was told to clean up.
-This survives the switch to another user (which clears ``PR_SET_PDEATHSIG``) and covers
-the server's own children (the group is killed, not one pid). Processes forked from the
-kit (e.g. multiprocessing workers) close their copy of the pipe at fork, so the server's
-lifetime is tied to the kit process alone.
+process (the script ``_watchdog.py`` beside this module, run as ``python -I -S``, never
+imported) that holds the read end of a pipe whose only writer is the process that called
+:meth:`~ManagedProcess.start`. When that process dies — however, SIGKILL included — the
+kernel closes the pipe, the watchdog reads end of file, stops the server's whole process
+tree and removes the paths it was told to clean up. This survives the switch to another
+user (which clears ``PR_SET_PDEATHSIG``) and covers the server's own children (the tree
+is killed, not one pid). Processes forked from the kit (e.g. multiprocessing workers)
+close their copy of the pipe at fork, so the server's lifetime is tied to the kit
+process alone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import queue
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from rdq_core._watchdog import descendants
+import psutil
+
+from rdq_compliance.provision.users import RunAs, chown_tree
 
 __all__ = [
-    "BinaryNotFound",
     "ManagedProcess",
     "ProcessFailed",
-    "RunAs",
-    "chown_tree",
     "descendants",
-    "find_binaries",
-    "find_binary",
-    "free_port",
-    "port_open",
     "remove_tree",
-    "resolve_user",
     "run_to_completion",
-    "search_dirs",
-    "traversable_by",
 ]
 
-_WATCHDOG = Path(__file__).with_name("_watchdog.py")
+#: The watchdog script (stdlib only; run as ``python -I -S``, never imported).
+WATCHDOG_SCRIPT = Path(__file__).with_name("_watchdog.py")
 #: How long :meth:`ManagedProcess.start` waits for the watchdog to report the launch.
 _LAUNCH_TIMEOUT = 15.0
+#: psutil statuses of a process that is no longer running (exited, not yet reaped).
+_DEAD = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
 
 
-# ---- ports ------------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on at ``host`` right now (the OS picks it).
-
-    There is a window between this call and the server binding the port; callers that
-    start a server on it retry with a new port if the bind fails.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
-    """Whether something accepts TCP connections on ``host:port``."""
+def descendants(root: int) -> list[int]:
+    """Live (not zombie) descendants of process ``root``, sorted; ``[]`` if it is gone."""
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-# ---- binaries ---------------------------------------------------------------------------
-
-
-class BinaryNotFound(LookupError):
-    """A server binary is not on ``PATH`` nor in the folders searched."""
-
-    def __init__(self, names: Sequence[str], searched: Sequence[Path], detail: str = "") -> None:
-        self.names = tuple(names)
-        self.searched = tuple(searched)
-        where = ", ".join(str(d) for d in searched) if searched else "no folder (empty search list)"
-        what = " and ".join(names)
-        message = f"{what} not found; searched: {where}"
-        if detail:
-            message = f"{message} ({detail})"
-        super().__init__(message)
-
-
-def _version_key(path: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", path))
-
-
-def search_dirs(dirs: Iterable[str | Path] = (), *, use_path: bool = True) -> list[Path]:
-    """The folders to search, in order: ``PATH`` (if ``use_path``), then ``dirs``.
-
-    A folder may be a glob pattern (``/usr/lib/postgresql/*/bin``); its matches come
-    newest version first (by the numbers in the path). Missing folders are kept out,
-    duplicates are dropped.
-    """
-    out: list[Path] = []
-    seen: set[str] = set()
-
-    def add(path: Path) -> None:
-        key = os.path.realpath(path)
-        if key not in seen and path.is_dir():
-            seen.add(key)
-            out.append(path)
-
-    if use_path:
-        for entry in os.environ.get("PATH", "").split(os.pathsep):
-            if entry:
-                add(Path(entry))
-    for pattern in dirs:
-        text = str(pattern)
-        if glob.has_magic(text):
-            for match in sorted(glob.glob(text), key=_version_key, reverse=True):
-                add(Path(match))
-        else:
-            add(Path(text))
-    return out
-
-
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def find_binary(name: str, dirs: Iterable[str | Path] = (), *, use_path: bool = True) -> Path:
-    """The first executable ``name`` on ``PATH`` (if ``use_path``) or in ``dirs``.
-
-    Raises :class:`BinaryNotFound` listing every folder searched.
-    """
-    folders = search_dirs(dirs, use_path=use_path)
-    for folder in folders:
-        candidate = folder / name
-        if _executable(candidate):
-            return candidate
-    raise BinaryNotFound([name], folders)
-
-
-def find_binaries(
-    names: Sequence[str], dirs: Iterable[str | Path] = (), *, use_path: bool = True
-) -> dict[str, Path]:
-    """Several binaries that must come from the *same* folder (one installed version).
-
-    Returns ``{name: path}`` from the first folder holding all of them; otherwise raises
-    :class:`BinaryNotFound` naming the missing ones and every folder searched.
-    """
-    folders = search_dirs(dirs, use_path=use_path)
-    found: dict[str, Path] = {}
-    for folder in folders:
-        paths = {name: folder / name for name in names}
-        if all(_executable(p) for p in paths.values()):
-            return paths
-        for name, path in paths.items():
-            if _executable(path):
-                found.setdefault(name, path)
-    missing = [n for n in names if n not in found]
-    detail = ""
-    if not missing:
-        detail = "found " + ", ".join(f"{n} in {p.parent}" for n, p in found.items())
-        detail += ", but never all in one folder"
-        missing = list(names)
-    return_names = missing
-    raise BinaryNotFound(return_names, folders, detail)
-
-
-# ---- users ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunAs:
-    """The identity a server process runs under (only meaningful when we are root)."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-    home: str
-
-
-def resolve_user(name: str) -> RunAs:
-    """Look up a system user; ``LookupError`` if there is none (Unix only)."""
-    import pwd  # Unix only; imported here so the module loads elsewhere
-
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        raise LookupError(f"no system user named {name!r}") from None
-    groups = tuple(os.getgrouplist(name, entry.pw_gid))
-    return RunAs(name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir)
-
-
-def chown_tree(path: Path, user: RunAs) -> None:
-    """Give ``path`` and everything below it to ``user`` (we must be root)."""
-    os.chown(path, user.uid, user.gid, follow_symlinks=False)
-    if path.is_dir() and not path.is_symlink():
-        for root, dirnames, filenames in os.walk(path):
-            for entry in (*dirnames, *filenames):
-                os.chown(os.path.join(root, entry), user.uid, user.gid, follow_symlinks=False)
-
-
-def traversable_by(path: Path, user: RunAs) -> bool:
-    """Whether ``user`` can reach ``path`` (search permission on every ancestor)."""
-    for folder in [path, *path.parents]:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for child in children:
         try:
-            st = folder.stat()
-        except OSError:
-            return False
-        if st.st_uid == user.uid:
-            bit = st.st_mode & 0o100
-        elif st.st_gid in user.groups or st.st_gid == user.gid:
-            bit = st.st_mode & 0o010
-        else:
-            bit = st.st_mode & 0o001
-        if not bit:
-            return False
-    return True
+            if child.status() not in _DEAD:
+                out.append(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return sorted(out)
 
 
 # ---- the managed process ----------------------------------------------------------------
@@ -282,7 +117,8 @@ class ManagedProcess:
     :meth:`stop` they are the caller's business).
 
     "The server's processes" are the whole tree under the watchdog — the leader and
-    everything it started, even in sessions of their own (see :mod:`rdq_core._watchdog`).
+    everything it started, even in sessions of their own (see the watchdog script,
+    ``_watchdog.py`` beside this module).
     """
 
     def __init__(
@@ -388,7 +224,7 @@ class ManagedProcess:
         try:
             with self.log_path.open("ab") as log:
                 self._watchdog = subprocess.Popen(
-                    [sys.executable, "-I", "-S", os.fspath(_WATCHDOG)],
+                    [sys.executable, "-I", "-S", os.fspath(WATCHDOG_SCRIPT)],
                     stdin=read_end,
                     stdout=subprocess.PIPE,
                     stderr=log,

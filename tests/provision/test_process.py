@@ -1,4 +1,4 @@
-"""rdq_core.localserver: ports, binary search, and managed server processes.
+"""rdq_compliance.provision.process: managed server processes.
 
 The rule these tests hold the module to above all: a server started by the kit dies with
 the kit — when the process that started it is SIGKILLed, every process of the server's
@@ -12,8 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import stat
 import subprocess
 import sys
 import textwrap
@@ -24,18 +22,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rdq_core.localserver import (
-    BinaryNotFound,
-    ManagedProcess,
-    ProcessFailed,
-    find_binaries,
-    find_binary,
-    free_port,
-    port_open,
-    resolve_user,
-    run_to_completion,
-    search_dirs,
-)
+from rdq_compliance.provision.ports import free_port, port_open
+from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, run_to_completion
+from rdq_compliance.provision.users import resolve_user
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX process management")
 
@@ -89,66 +78,6 @@ def started() -> Iterator[list[ManagedProcess]]:
     yield processes
     for process in processes:
         process.stop(grace=0.5)
-
-
-# ---- ports and binaries ----------------------------------------------------------------
-
-
-def test_free_port_can_be_bound_on_loopback() -> None:
-    port = free_port()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))
-    assert not port_open(port)
-
-
-def _fake_binary(folder: Path, name: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text("#!/bin/sh\nexit 0\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
-
-
-def test_search_dirs_expand_globs_newest_version_first(tmp_path: Path) -> None:
-    for version in ("9.6", "10", "15", "13"):
-        (tmp_path / "pg" / version / "bin").mkdir(parents=True)
-    found = search_dirs([tmp_path / "pg" / "*" / "bin", tmp_path / "missing"], use_path=False)
-    assert [p.parent.name for p in found] == ["15", "13", "10", "9.6"]
-
-
-def test_find_binary_looks_on_path_first_then_the_given_folders(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    on_path = _fake_binary(tmp_path / "path", "rdq-fake-server")
-    elsewhere = _fake_binary(tmp_path / "opt", "rdq-fake-server")
-    monkeypatch.setenv("PATH", str(tmp_path / "path"))
-    assert find_binary("rdq-fake-server", [tmp_path / "opt"]) == on_path
-    assert find_binary("rdq-fake-server", [tmp_path / "opt"], use_path=False) == elsewhere
-
-
-def test_a_missing_binary_names_itself_and_every_folder_searched(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    with pytest.raises(BinaryNotFound) as info:
-        find_binary("rdq-no-such-server", [tmp_path / "a"], use_path=False)
-    assert "rdq-no-such-server not found" in str(info.value)
-    assert str(tmp_path / "a") in str(info.value)
-    with pytest.raises(BinaryNotFound, match="empty search list"):
-        find_binary("rdq-no-such-server", [], use_path=False)
-
-
-def test_find_binaries_takes_them_from_one_folder(tmp_path: Path) -> None:
-    _fake_binary(tmp_path / "old", "initdb")
-    _fake_binary(tmp_path / "new", "initdb")
-    _fake_binary(tmp_path / "new", "postgres")
-    found = find_binaries(
-        ["initdb", "postgres"], [tmp_path / "old", tmp_path / "new"], use_path=False
-    )
-    assert found == {
-        "initdb": tmp_path / "new" / "initdb",
-        "postgres": tmp_path / "new" / "postgres",
-    }
-    with pytest.raises(BinaryNotFound, match="postgres not found"):
-        find_binaries(["initdb", "postgres"], [tmp_path / "old"], use_path=False)
 
 
 # ---- managed processes -----------------------------------------------------------------
@@ -279,7 +208,8 @@ KIT = textwrap.dedent(
     """
     import json, os, sys, time
     from pathlib import Path
-    from rdq_core.localserver import ManagedProcess, free_port, port_open
+    from rdq_compliance.provision.ports import free_port, port_open
+    from rdq_compliance.provision.process import ManagedProcess
     work, fork = Path(sys.argv[1]), sys.argv[2] == "1"
     server = sys.argv[3:]
     port = int(server[3])

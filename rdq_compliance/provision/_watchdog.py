@@ -1,8 +1,9 @@
-"""The launcher and watchdog of a :class:`rdq_core.localserver.ManagedProcess`.
+"""The launcher and watchdog of a :class:`rdq_compliance.provision.process.ManagedProcess`.
 
 Run as a script (``python -I -S _watchdog.py``), stdlib only, never imported by the
-kit's runtime code. Its stdin is a pipe whose only writer is the kit process; the
-protocol is line-based.
+kit's runtime code (``-S`` leaves site-packages off the path, so a third-party import
+here would fail at once); it walks ``/proc`` itself for the same reason. Its stdin is a
+pipe whose only writer is the kit process; the protocol is line-based.
 
 kit → watchdog
     first line: a JSON object describing the process to start (``argv``, ``cwd``, ``env``,

@@ -1,0 +1,69 @@
+"""The ``--rdq-option`` settings of the postgres rungs, declared once (plugin half).
+
+Both kit-owned rungs parse them with the kit's shared parser
+(:mod:`rdq_compliance.provision.options`), so a bad value fails the same way whichever
+rung reads it: ``--rdq-option pg_start_timeout='soon': expected a positive number (...)``.
+
+========================  ===============================================================
+``pg_bin_dir``            folders (``os.pathsep``-separated) holding ``initdb`` and
+                          ``postgres``; searched *instead of* ``PATH`` and the usual
+                          folders (empty: none) — local rung
+``pg_user``               the system user to run the server as when we are root
+                          (``postgres``) — local rung
+``pg_max_connections``    ``max_connections`` of the server (200) — both rungs
+``pg_start_timeout``      seconds to wait for the server to accept connections (60) —
+                          both rungs
+``pg_image``              the container image (:data:`DEFAULT_IMAGE`) — container rung
+========================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from rdq_compliance.provision.options import Paths, RungOptions, option
+
+__all__ = [
+    "CONTAINER_OPTIONS",
+    "DEFAULT_IMAGE",
+    "DEFAULT_OS_USER",
+    "LOCAL_OPTIONS",
+    "PG_BIN_DIR",
+    "PG_IMAGE",
+    "PG_MAX_CONNECTIONS",
+    "PG_START_TIMEOUT",
+    "PG_USER",
+]
+
+#: The system user the server runs as when we are root.
+DEFAULT_OS_USER = "postgres"
+#: The image of the container rung.
+DEFAULT_IMAGE = "postgres:16-alpine"
+
+PG_BIN_DIR = option(
+    "pg_bin_dir",
+    Paths,
+    None,
+    "folders holding initdb and postgres, searched instead of PATH and the usual folders",
+)
+PG_USER = option(
+    "pg_user", str, DEFAULT_OS_USER, "the system user to run the server as when we are root"
+)
+PG_MAX_CONNECTIONS = option(
+    "pg_max_connections", int, 200, "max_connections of the server", positive=True
+)
+PG_START_TIMEOUT = option(
+    "pg_start_timeout",
+    float,
+    60.0,
+    "seconds to wait for the server to accept connections",
+    positive=True,
+)
+PG_IMAGE = option("pg_image", str, DEFAULT_IMAGE, "the container image")
+
+#: Rung 2, :mod:`rdq_postgres.local`.
+LOCAL_OPTIONS = RungOptions(
+    "postgres local binaries", [PG_BIN_DIR, PG_USER, PG_MAX_CONNECTIONS, PG_START_TIMEOUT]
+)
+#: Rung 3, :mod:`rdq_postgres.container`.
+CONTAINER_OPTIONS = RungOptions(
+    "postgres container", [PG_IMAGE, PG_MAX_CONNECTIONS, PG_START_TIMEOUT]
+)

@@ -1,0 +1,170 @@
+"""``PostgresServer``: a PostgreSQL server the kit provisions namespaces on (plugin half).
+
+A namespace is a schema ``rdq_<32 hex>`` holding the tables of :mod:`rdq_postgres.schema`.
+This is rung 1 of the provisioning ladder as it is: a server given by DSN. It must answer
+(else ``BackendUnavailable`` naming the DSN, password masked) and is never stopped by the
+kit; it can keep a couple of namespaces created ahead (:mod:`rdq_postgres.stock`). The
+one fault it can inject is ``cut_connections``: terminate every session whose
+``application_name`` is ``rdq:<namespace>`` (what storages of that namespace use). The
+kit's own rungs (:mod:`rdq_postgres.local`, :mod:`rdq_postgres.container`) subclass it
+with the faults of a server the kit owns.
+
+Plugin half: may import :mod:`rdq_compliance.provision`; the storage half never imports
+this module.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
+from rdq_core.errors import BackendUnavailable
+from rdq_postgres import schema
+from rdq_postgres.connection import CONNECT_TIMEOUT_S, default_application_name
+from rdq_postgres.errors import map_error, mask_dsn
+from rdq_postgres.stock import NamespaceStock, new_namespace_name
+
+T = TypeVar("T")
+
+#: Oldest server supported (``gen_random_uuid()`` is built in from 13).
+MIN_SERVER_VERSION = 130000
+#: How long dropping a namespace waits for locks before cutting its connections.
+DROP_LOCK_TIMEOUT = "5s"
+
+_CUT = """
+SELECT count(*) FROM (
+    SELECT {terminate} AS done FROM pg_catalog.pg_stat_activity
+    WHERE application_name = %s AND pid <> pg_backend_pid()
+) cut WHERE done
+"""
+
+
+class PostgresServer(Server):
+    """A PostgreSQL server at ``dsn``; ``close()`` drops the namespaces it created that
+    are still there and leaves the server running."""
+
+    faults: frozenset[str] = frozenset({CUT_CONNECTIONS})
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        origin: str | None = None,
+        drop_lock_timeout: str = DROP_LOCK_TIMEOUT,
+        prefetch: int = 0,
+    ) -> None:
+        """``prefetch``: how many namespaces to keep created ahead in a background thread
+        (0: none; a subclass that can kill its server should leave it 0 or stop the stock
+        in every path of its ``close``)."""
+        self.dsn = dsn
+        self.drop_lock_timeout = drop_lock_timeout
+        self.origin = origin or f"given DSN {mask_dsn(dsn)}"
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection | None = None
+        self._pid = os.getpid()
+        self._created: set[str] = set()
+        self.server_version = self._admin().info.server_version
+        if self.server_version < MIN_SERVER_VERSION:
+            raise BackendUnavailable(
+                f"postgres server at {mask_dsn(dsn)} is version {self.server_version}; "
+                f"rdq_postgres needs PostgreSQL >= 13"
+            )
+        self._stock = NamespaceStock(dsn, prefetch) if prefetch > 0 else None
+
+    def _admin(self) -> psycopg.Connection:
+        """The server's own autocommit connection (re-opened if lost or inherited)."""
+        conn = self._conn
+        if conn is not None and not conn.closed and self._pid == os.getpid():
+            return conn
+        try:
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="rdq:admin",
+            )
+            conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise BackendUnavailable(
+                f"postgres server at {mask_dsn(self.dsn)} does not answer: "
+                f"{str(exc).strip() or type(exc).__name__}"
+            ) from None
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _admin_call(self, action: str, fn: Callable[[psycopg.Connection], T]) -> T:
+        with self._lock:
+            conn = self._admin()
+            try:
+                return fn(conn)
+            except psycopg.Error as exc:
+                if conn.broken or conn.closed:
+                    self._conn = None
+                raise map_error(exc, action, f"postgres {mask_dsn(self.dsn)!r}") from exc
+
+    def create_namespace(self) -> str:
+        namespace = self._stock.take() if self._stock is not None else None
+        if namespace is None:
+            namespace = new_namespace_name()
+            self._admin_call(
+                "create_namespace", lambda conn: schema.create_namespace(conn, namespace)
+            )
+        with self._lock:
+            self._created.add(namespace)
+        return namespace
+
+    def drop_namespace(self, namespace: str) -> None:
+        schema.schema_name(namespace)
+
+        def drop(conn: psycopg.Connection) -> None:
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (self.drop_lock_timeout,))
+            try:
+                schema.drop_namespace(conn, namespace)
+            except pg_errors.LockNotAvailable:
+                # A session of the namespace holds a lock (e.g. a stuck transaction).
+                self._terminate(conn, namespace)
+                schema.drop_namespace(conn, namespace)
+            finally:
+                conn.execute("RESET lock_timeout")
+
+        self._admin_call("drop_namespace", drop)
+        with self._lock:
+            self._created.discard(namespace)
+
+    def _terminate(self, conn: psycopg.Connection, namespace: str) -> int:
+        terminate = sql.SQL(
+            "pg_terminate_backend(pid, 5000)"  # waits until each session is gone
+            if conn.info.server_version >= 140000
+            else "pg_terminate_backend(pid)"
+        )
+        row = conn.execute(
+            sql.SQL(_CUT).format(terminate=terminate), (default_application_name(namespace),)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def cut_connections(self, namespace: str) -> int:
+        schema.schema_name(namespace)
+        return self._admin_call("cut_connections", lambda conn: self._terminate(conn, namespace))
+
+    def close(self) -> None:
+        """Drop the namespaces this object created (or prefetched) that are still there;
+        close the admin connection; the server keeps running."""
+        unused = self._stock.close() if self._stock is not None else []
+        with self._lock:
+            leftover, self._created = sorted(self._created), set()
+        for namespace in [*unused, *leftover]:
+            try:
+                self.drop_namespace(namespace)
+            except BackendUnavailable:
+                break
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None and self._pid == os.getpid():
+            conn.close()
