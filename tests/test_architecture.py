@@ -8,7 +8,8 @@ module level or inside a function, ``TYPE_CHECKING`` blocks included):
   found through the ``rdq.backends`` entry points);
 - no two modules import each other, directly or round a longer circle;
 - nothing is looked up by ``importlib`` but a backend named ``module:attribute`` (the
-  registry); the checker in particular is imported.
+  registry); the checker in particular is imported;
+- the watchdog script of managed processes is stdlib-only and never imported.
 
 Each rule is shown to fail on a crafted tree too, so none of them can pass vacuously.
 """
@@ -16,6 +17,7 @@ Each rule is shown to fail on a crafted tree too, so none of them can pass vacuo
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -238,6 +240,29 @@ def test_no_two_modules_import_each_other(graph):
 
 def test_nothing_is_looked_up_by_name_but_a_backend():
     assert lookup_problems(ROOT) == []
+
+
+def test_importing_a_storage_half_loads_no_kit_code(graph):
+    """At run time too: importing every storage module (and the reference store) leaves
+    no module of the kit or of a plugin half in ``sys.modules``."""
+    modules = ["rdq_core.memory", *sorted(storage_modules(ROOT).values())]
+    script = (
+        f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rdq_compliance')"
+        " or m.endswith(('.plugin', '.server'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_watchdog_is_stdlib_only_and_never_imported(graph):
+    watchdog = "rdq_compliance.provision._watchdog"
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    assert watchdog in graph
+    assert {i.split(".")[0] for i in graph[watchdog]} <= stdlib, graph[watchdog]
+    assert [m for m, deps in graph.items() if watchdog in deps] == []
 
 
 # ---- ... and each rule fails where it should ------------------------------------------------

@@ -1,8 +1,8 @@
 """The worker fleet: N real worker processes that die with the harness.
 
 Each worker (:mod:`rdq_compliance.chaos.worker_main`) is launched through
-:class:`rdq_core.localserver.ManagedProcess`, i.e. by a small watchdog process that holds
-a pipe whose only writer is the harness. **Workers die with the harness:** when the
+:class:`rdq_compliance.provision.process.ManagedProcess`, i.e. by a small watchdog process
+that holds a pipe whose only writer is the harness. **Workers die with the harness:** when the
 harness process dies — SIGKILL included — the kernel closes the pipe, the watchdog reads
 end of file and SIGKILLs its worker (a SIGSTOPped worker too: SIGKILL needs no SIGCONT),
 then exits. The worker in turn sets ``PR_SET_PDEATHSIG`` so that the death of its

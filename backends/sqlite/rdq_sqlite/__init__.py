@@ -8,31 +8,6 @@ Registered as the ``sqlite`` entry point of ``rdq.backends`` (:mod:`rdq_sqlite.p
 the standard library, never :mod:`rdq_compliance`: it is usable without the kit. The
 *plugin half* — :mod:`~rdq_sqlite.plugin` (the ``Backend`` and its ``Server``, a
 directory) — may import :mod:`rdq_compliance.provision` and the storage half, never the
-other way round. This package imports neither half eagerly: ``import rdq_sqlite.storage``
-loads no kit code; the plugin names below are loaded on first use.
+other way round. This package's ``__init__`` imports neither half: ``import
+rdq_sqlite.storage`` loads no kit code. Import names from their modules.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rdq_sqlite.plugin import SqliteBackend, SqliteServer, backend
-    from rdq_sqlite.storage import SqliteStorage
-
-__all__ = ["SqliteBackend", "SqliteServer", "SqliteStorage", "backend"]
-
-_HOMES = {
-    "SqliteBackend": "rdq_sqlite.plugin",
-    "SqliteServer": "rdq_sqlite.plugin",
-    "backend": "rdq_sqlite.plugin",
-    "SqliteStorage": "rdq_sqlite.storage",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'rdq_sqlite' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
