@@ -31,6 +31,7 @@ from rich.table import Table
 
 from rdq_compliance import registry
 from rdq_compliance.chaos.results import CampaignResult, Progress, replay_command
+from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import ScenarioError, check_seed, load_scenario
 from rdq_compliance.session import NoBackendSelected
 from rdq_compliance.settings import describe, find_rootpath, mask_dsn, resolve
@@ -162,15 +163,14 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     elif result.violations:
         console.print(f"  [red bold]{len(result.violations)} violation(s)[/]")
         for v in result.violations[:10]:
-            console.print(f"    [{v.rule}] {v.message}", highlight=False, markup=False)
+            # the message starts with its rule id already: ``[one-claim] ...``
+            console.print(f"    {v.message}", highlight=False, markup=False)
     else:
         console.print("  [green bold]no violations[/]")
     console.print(f"  report: {result.outdir}  (timeline: {result.files.get('timeline')})")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from rdq_compliance.chaos.runner import provision_and_run
-
     err = Console(stderr=True)
     try:
         scenario = load_scenario(args.scenario)
