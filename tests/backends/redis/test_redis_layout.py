@@ -1,0 +1,96 @@
+"""The key layout the conformance suite cannot see: fixed key names per bucket and index
+shard, one hash tag per bucket (so one slot per queue), tokens that name their bucket,
+and a namespace dropped with SCAN leaving no key of its own and every other key."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+import redis
+from _redis_support import lifecycle
+from rdq_redis import admin, keys
+from rdq_redis.storage import RedisStorage
+from redis.crc import key_slot
+
+from rdq_core.errors import InvalidArgument
+from rdq_core.model import NewTask
+
+
+def _keys_of(client: redis.Redis, namespace: str) -> list[str]:
+    return sorted(k.decode() for k in client.scan_iter(match=keys.scan_pattern(namespace)))
+
+
+def test_every_key_is_a_fixed_name_of_a_bucket_or_shard(dsn, namespace, storage):
+    """No key name carries a task id, handler or error text: a bucket holds ten fixed
+    keys for all its queues, an id-index shard one; so the keys of every script are known
+    before the call (declared in KEYS), never built from data."""
+    for i in range(40):
+        storage.enqueue(NewTask(f"id:{{weird}}*{i}", "q", "h"))
+    lifecycle(storage, "q2")
+    client = redis.Redis.from_url(dsn)
+    found = _keys_of(client, namespace)
+    ns = re.escape(namespace)
+    pattern = re.compile(
+        rf"rdq:\{{{ns}:(meta\}}|[0-9a-f]{{3}}\}}:(task|pay|hdr|hist|ready|lease|done|dlq|seq|rv)"
+        rf"|i[0-9a-f]{{3}}\}}:ids)"
+    )
+    strays = [k for k in found if not pattern.fullmatch(k)]
+    assert not strays, f"keys outside the layout: {strays}"
+    buckets = {k.split(":")[2].rstrip("}") for k in found if re.search(r":[0-9a-f]{3}\}:", k)}
+    assert buckets == {keys.bucket_of("q"), keys.bucket_of("q2")}
+    assert not [k for k in found if "weird" in k or "id:" in k.split("}", 1)[1]]
+
+
+def test_all_keys_of_a_queue_share_one_slot_and_each_shard_has_its_own():
+    layout = keys.Layout("ns1")
+    bucket = layout.of_queue("emails")
+    assert len({key_slot(k.encode()) for k in bucket.all()}) == 1
+    assert all(k.startswith(f"rdq:{{ns1:{bucket.bucket}}}:") for k in bucket.all())
+    shard = layout.shard("task-1")
+    assert shard.ids == f"rdq:{{ns1:i{keys.shard_of('task-1')}}}:ids"
+    assert key_slot(shard.ids.encode()) == key_slot(f"ns1:i{keys.shard_of('task-1')}".encode())
+    # buckets (and so queues) spread over the slot space
+    slots = {key_slot(layout.bucket(f"{b:03x}").task.encode()) for b in range(keys.BUCKETS)}
+    assert len(slots) > keys.BUCKETS * 0.85
+
+
+def test_claim_tokens_name_the_bucket_of_their_queue(storage):
+    for queue in ("a", "b", "c.d", "x-y_z"):
+        for _ in range(3):
+            storage.enqueue(NewTask(f"{queue}-{_}", queue, "h"))
+        claims = storage.claim_due(queue, 10, timedelta(minutes=1))
+        assert len(claims) == 3
+        assert {c.token[:3] for c in claims} == {keys.bucket_of(queue)}
+        assert len({c.token for c in claims}) == 3
+
+
+def test_drop_namespace_deletes_its_keys_and_nothing_else(dsn, server):
+    kept, dropped = server.create_namespace(), server.create_namespace()
+    client = redis.Redis.from_url(dsn)
+    stranger = f"rdq-test-stranger:{dropped}"
+    client.set(stranger, b"x")
+    try:
+        for ns in (kept, dropped):
+            s = RedisStorage(dsn, ns)
+            lifecycle(s, "q")
+            for i in range(1500):  # more keys than one SCAN batch (index shards)
+                s.enqueue(NewTask(f"bulk-{i}", "bulk", "h"))
+            s.close()
+        before = _keys_of(client, kept)
+        assert len(_keys_of(client, dropped)) > admin.SCAN_COUNT
+        server.drop_namespace(dropped)
+        assert _keys_of(client, dropped) == []
+        assert _keys_of(client, kept) == before
+        assert client.get(stranger) == b"x"
+        server.drop_namespace(dropped)  # idempotent
+    finally:
+        client.delete(stranger)
+        server.drop_namespace(kept)
+
+
+@pytest.mark.parametrize("bad", ["", "a:b", "a{b}", "a*", "x" * 65, "sp ace", None])
+def test_namespace_names_that_could_escape_their_prefix_are_refused(bad):
+    with pytest.raises(InvalidArgument):
+        RedisStorage("redis://127.0.0.1:1/0", bad)
