@@ -36,7 +36,7 @@ from rdq_compliance.provision.backend import (
 )
 from rdq_core.errors import BackendUnavailable
 from rdq_redis import admin, keys
-from rdq_redis.connection import open_client, parse_dsn
+from rdq_redis.connection import is_cluster, open_client, parse_dsn
 from rdq_redis.errors import map_error
 from rdq_redis.storage import RedisStorage
 
@@ -60,7 +60,7 @@ class RedisServer(Server):
         self._pid = os.getpid()
         self._created: set[str] = set()
         client = self._admin()
-        self.cluster = admin.primaries(client) != [client]
+        self.cluster = is_cluster(client)
         kind = f"cluster of {len(admin.primaries(client))} masters" if self.cluster else "server"
         self.origin = origin or f"given DSN {self.target.masked} ({kind})"
 

@@ -15,7 +15,7 @@ from rdq_redis.storage import RedisStorage
 from redis.crc import key_slot
 
 from rdq_core.errors import InvalidArgument
-from rdq_core.model import NewTask
+from rdq_core.model import DlqFilter, NewTask
 
 
 def _keys_of(client: redis.Redis, namespace: str) -> list[str]:
@@ -94,3 +94,45 @@ def test_drop_namespace_deletes_its_keys_and_nothing_else(dsn, server):
 def test_namespace_names_that_could_escape_their_prefix_are_refused(bad):
     with pytest.raises(InvalidArgument):
         RedisStorage("redis://127.0.0.1:1/0", bad)
+
+
+def _sharing_a_bucket() -> tuple[str, str]:
+    """Two queues in one bucket, one name a prefix of the other (the hardest case for
+    ranges keyed by queue name)."""
+    for i in range(100_000):
+        base, longer = f"s{i}", f"s{i}.x"
+        if keys.bucket_of(base) == keys.bucket_of(longer):
+            return base, longer
+        for j in range(40):
+            longer = f"s{i}{j}"
+            if keys.bucket_of(base) == keys.bucket_of(longer):
+                return base, longer
+    raise AssertionError("no two queues found in one bucket")
+
+
+def test_queues_sharing_a_bucket_stay_isolated(storage):
+    """Several queues may share a bucket (its keys): every range is keyed by the queue
+    name and a NUL, so claim, stats, the DLQ, redrive, purge and purge_succeeded of one
+    never see the other's tasks, even when one name is a prefix of the other."""
+    a, b = _sharing_a_bucket()
+    assert keys.bucket_of(a) == keys.bucket_of(b) and b.startswith(a)
+    for q in (a, b):
+        for i in range(3):
+            storage.enqueue(NewTask(f"{q}-{i}", q, "h"))
+    got = {q: [c for c in storage.claim_due(q, 10, timedelta(minutes=1))] for q in (a, b)}
+    assert {c.task_id for c in got[a]} == {f"{a}-{i}" for i in range(3)}
+    assert {c.task_id for c in got[b]} == {f"{b}-{i}" for i in range(3)}
+    for q in (a, b):
+        first, second, third = got[q]
+        storage.complete(first.task_id, first.token)
+        storage.dead_letter(second.task_id, second.token, None)
+        storage.dead_letter(third.task_id, third.token, None)
+    for q in (a, b):
+        st = storage.stats(q)
+        assert (st.pending, st.in_flight, st.succeeded, st.dead) == (0, 0, 1, 2), (q, st)
+        assert {t.queue for t in storage.dlq_list(q).tasks} == {q}
+    assert storage.redrive(a, DlqFilter(everything=True)) == 2
+    assert storage.stats(b).dead == 2 and storage.stats(a).pending == 2
+    assert storage.purge(b, DlqFilter(handler="h")) == 2
+    assert storage.purge_succeeded(a, timedelta(0)) == 1
+    assert storage.stats(b).succeeded == 1 and storage.stats(a).succeeded == 0

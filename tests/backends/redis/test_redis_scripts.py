@@ -15,16 +15,27 @@ from rdq_redis.scripts import SOURCES, Scripts, ScriptSource
 from rdq_core.model import NewTask, utc_from_micros
 
 
-def test_every_script_touches_only_declared_keys(dsn, connect):
-    """With the undeclared-key guard (``rdq_check_keys=1``) every script runs, through a
-    whole lifecycle (every selector kind and DLQ filter, reclaims, repairs): a script that
-    touched a key not in KEYS would fail with the guard's error."""
+def test_every_script_touches_only_declared_keys(dsn, connect, monkeypatch):
+    """With the undeclared-key guard (``rdq_check_keys=1``) every script runs — a whole
+    lifecycle (every selector kind and DLQ filter, reclaims), then the repair of an
+    enqueue that died after its first step: a script that touched a key not in KEYS
+    would fail with the guard's error."""
+    ran: set[str] = set()
+    real = Scripts.run
+
+    def spy(self, name, keys_, args):
+        ran.add(name)
+        return real(self, name, keys_, args)
+
+    monkeypatch.setattr(Scripts, "run", spy)
     storage = connect(with_query(dsn, "rdq_check_keys=1"))
     lifecycle(storage, "checked")
     _, scripts = storage._source.get()
     assert scripts.check_keys
-    used = set(SOURCES) - {"revoke", "release"}  # run by repairs: see the enqueue tests
-    assert used <= set(scripts._registered)
+    shard = storage.layout.shard("orphan").ids
+    scripts.run("reserve", [shard], ["orphan", "checked", "0" * 32])  # step 2 never comes
+    assert storage.enqueue(NewTask("orphan", "elsewhere", "h")) is True  # revoke + release
+    assert ran == set(SOURCES), f"scripts never run under the guard: {set(SOURCES) - ran}"
 
 
 def test_the_guard_catches_an_undeclared_key(dsn, namespace):
