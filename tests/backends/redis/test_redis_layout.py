@@ -15,7 +15,7 @@ from rdq_redis.storage import RedisStorage
 from redis.crc import key_slot
 
 from rdq_core.errors import InvalidArgument
-from rdq_core.model import DlqFilter, NewTask
+from rdq_core.model import DlqFilter, ErrorInfo, NewTask
 
 
 def _keys_of(client: redis.Redis, namespace: str) -> list[str]:
@@ -136,3 +136,18 @@ def test_queues_sharing_a_bucket_stay_isolated(storage):
     assert storage.purge(b, DlqFilter(handler="h")) == 2
     assert storage.purge_succeeded(a, timedelta(0)) == 1
     assert storage.stats(b).succeeded == 1 and storage.stats(a).succeeded == 0
+
+
+def test_dlq_filters_on_error_types_that_prefix_each_other(storage):
+    """The DLQ index ranges end at ``type NUL``: error types that are byte-prefixes of
+    one another, or hold control or non-ASCII characters, never leak into each other."""
+    types = ["a", "a\x01", "a\x01b", "ab", "a b", "é", "é\x7f", ""]
+    for i, etype in enumerate(types):
+        storage.enqueue(NewTask(f"t{i}", "q", "h"))
+        claim = storage.claim_due("q", 1, timedelta(minutes=1))[0]
+        storage.dead_letter(claim.task_id, claim.token, ErrorInfo(etype, "m"))
+    for i, etype in enumerate(types):
+        for flt in (DlqFilter(error_type=etype), DlqFilter(handler="h", error_type=etype)):
+            listed = [t.id for t in storage.dlq_list("q", flt).tasks]
+            assert listed == [f"t{i}"], (etype, flt, listed)
+    assert len(storage.dlq_list("q", DlqFilter(handler="h")).tasks) == len(types)
