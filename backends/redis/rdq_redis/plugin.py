@@ -42,7 +42,8 @@ from rdq_redis.storage import RedisStorage
 
 T = TypeVar("T")
 
-ADMIN_CLIENT_NAME = "rdq:admin"
+#: The kit's own connections: no ``:``, so never the name of a namespace's connections.
+ADMIN_CLIENT_NAME = "rdq-admin"
 
 
 class RedisServer(Server):

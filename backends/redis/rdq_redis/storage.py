@@ -110,9 +110,10 @@ Scaling limits
 - **The scaling unit is the bucket, so the queue**: all of a queue is one slot on one
   master; a cluster spreads *queues* (4096 buckets) over masters, never one queue.
   Several queues may share a bucket; they stay isolated by member prefix.
-- Memory: a task costs its payload, headers, history and ~6 small entries (4 more while
-  DEAD). A history is one string rewritten on each attempt (O(attempts) per outcome);
-  numbering walks it (O(attempts)).
+- Memory: a task costs its payload, headers and history plus a meta record, one
+  sorted-set member (two to four DLQ index entries while DEAD) and one index entry. A
+  history is one string rewritten on each attempt (O(attempts) per outcome); numbering
+  walks it (O(attempts)). At most 2^48 enqueues per bucket (the 12-hex-digit ``seq``).
 - A claim is O(limit · log n); an outcome O(log n + attempts); stats O(log n).
 - Redrive and purge by filter, and ``purge_succeeded``, run in batches of
   :data:`BATCH` tasks, one script each (so the server is never blocked for long): each
