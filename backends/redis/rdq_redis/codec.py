@@ -1,0 +1,138 @@
+"""Encoding and decoding what the scripts store (storage half; see
+:mod:`rdq_redis.scripts` for the formats).
+
+Headers are encoded here and stored opaque by the scripts: ``k NUL v NUL k NUL v …``
+(header names and values never contain NUL: validation refuses it). Payloads are stored
+as they are: a Redis string holds any bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rdq_core.model import Attempt, Claim, ErrorInfo, Outcome, Status, Task, utc_from_micros
+
+SEP = b"\0"
+STATUS = {b"P": Status.PENDING, b"I": Status.IN_FLIGHT, b"S": Status.SUCCEEDED, b"D": Status.DEAD}
+OUTCOME = {
+    b"S": Outcome.SUCCESS,
+    b"R": Outcome.RETRYABLE_FAILURE,
+    b"P": Outcome.PERMANENT_FAILURE,
+    b"L": Outcome.LEASE_EXPIRED,
+}
+OUTCOME_CODE = {v: k.decode() for k, v in OUTCOME.items()}
+
+# Positions of the task meta fields (0-based).
+QUEUE, HANDLER, STATE, COUNT, REDRIVES, NEXT, LEASE, CREATED = range(8)
+TOKEN, CLAIMED, SEQ, NONCE, DEAD, FINISHED, LAST_ERROR = range(8, 15)
+META_FIELDS = 15
+
+
+class CorruptRecord(ValueError):
+    """Stored data that does not decode (written by something other than rdq_redis)."""
+
+
+def encode_headers(headers: Mapping[str, str]) -> bytes:
+    if not headers:
+        return b""
+    return SEP.join(part.encode() for kv in headers.items() for part in kv)
+
+
+def decode_headers(raw: bytes) -> dict[str, str]:
+    if not raw:
+        return {}
+    parts = raw.split(SEP)
+    if len(parts) % 2:
+        raise CorruptRecord(f"headers record has an odd number of parts: {raw[:80]!r}")
+    return {parts[i].decode(): parts[i + 1].decode() for i in range(0, len(parts), 2)}
+
+
+def error_args(error: ErrorInfo | None) -> list[str]:
+    """The four script arguments of an attempt's error: flag, type, message, detail."""
+    if error is None:
+        return ["0", "", "", ""]
+    if error.detail is None:
+        return ["1", error.type, error.message, ""]
+    return ["2", error.type, error.message, error.detail]
+
+
+def decode_history(raw: bytes) -> tuple[Attempt, ...]:
+    attempts = []
+    i, n = 0, len(raw)
+    while i < n:
+        try:
+            size = int(raw[i : i + 8], 16)
+        except ValueError:
+            head = raw[i : i + 40]
+            raise CorruptRecord(f"history record at {i} has no length: {head!r}") from None
+        fields = raw[i + 8 : i + 8 + size].split(SEP)
+        i += 8 + size
+        if len(fields) != 8:
+            raise CorruptRecord(f"history record has {len(fields)} fields, not 8")
+        no, started, finished, outcome, flag, etype, emsg, detail = fields
+        error = None
+        if flag != b"0":
+            text = detail.decode() if flag == b"2" else None
+            error = ErrorInfo(etype.decode(), emsg.decode(), text)
+        attempts.append(
+            Attempt(
+                int(no),
+                utc_from_micros(int(started)),
+                utc_from_micros(int(finished)),
+                OUTCOME[outcome],
+                error,
+            )
+        )
+    return tuple(attempts)
+
+
+def split_meta(raw: bytes) -> list[bytes]:
+    fields = raw.split(SEP)
+    if len(fields) != META_FIELDS:
+        raise CorruptRecord(f"task record has {len(fields)} fields, not {META_FIELDS}")
+    return fields
+
+
+def _time(raw: bytes) -> object:
+    return utc_from_micros(int(raw)) if raw else None
+
+
+def decode_task(
+    task_id: str, meta: bytes | list[bytes], payload: bytes, headers: bytes, history: bytes
+) -> Task:
+    f = split_meta(meta) if isinstance(meta, bytes) else meta
+    return Task(
+        id=task_id,
+        queue=f[QUEUE].decode(),
+        handler=f[HANDLER].decode(),
+        payload=bytes(payload),
+        headers=decode_headers(headers),
+        status=STATUS[f[STATE]],
+        attempt_count=int(f[COUNT]),
+        redrive_count=int(f[REDRIVES]),
+        next_attempt_at=_time(f[NEXT]),  # type: ignore[arg-type]
+        lease_expires_at=_time(f[LEASE]),  # type: ignore[arg-type]
+        created_at=utc_from_micros(int(f[CREATED])),
+        attempts=decode_history(history),
+    )
+
+
+def decode_row(row: Sequence[bytes]) -> Task:
+    """A task from ``{id, meta, payload, headers, history, ...}`` (claim, DLQ listing)."""
+    return decode_task(row[0].decode(), row[1], row[2], row[3], row[4])
+
+
+def decode_claim(row: Sequence[bytes | int]) -> Claim:
+    """A claim from one entry of the claim script's reply."""
+    task_id, meta, payload, headers, history, reclaimed = row
+    assert isinstance(meta, bytes) and isinstance(task_id, bytes)
+    f = split_meta(meta)
+    task = decode_task(task_id.decode(), f, payload, headers, history)  # type: ignore[arg-type]
+    assert task.lease_expires_at is not None
+    return Claim(
+        task=task,
+        token=f[TOKEN].decode(),
+        claimed_at=utc_from_micros(int(f[CLAIMED])),
+        lease_expires_at=task.lease_expires_at,
+        reclaimed=bool(reclaimed),
+    )

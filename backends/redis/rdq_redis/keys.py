@@ -1,0 +1,174 @@
+"""Key names of one namespace: buckets, index shards, and the hash tags that keep every
+script's keys in one cluster slot (storage half: imports only ``rdq_core``).
+
+Every key of namespace ``ns`` starts ``rdq:{ns:`` (so ``SCAN MATCH rdq:{ns:*`` finds them
+all and nothing else) and carries one of three hash tags:
+
+- ``{ns:bbb}`` — a **bucket**, ``bbb`` = ``crc32(queue) mod 4096`` as 3 hex digits. All
+  of a queue lives in its bucket (several queues may share one). Its keys:
+  ``task`` ``pay`` ``hdr`` ``hist`` (hashes: task id → meta / payload / headers /
+  history), ``ready`` ``lease`` ``done`` ``dlq`` (sorted sets, ordered by member),
+  ``seq`` (enqueue counter) and ``rv`` (revoked enqueue reservations);
+- ``{ns:isss}`` — an **id-index shard**, ``sss`` = ``crc32(task id) mod 4096``: one hash
+  ``ids``, task id → ``queue NUL nonce``;
+- ``{ns:meta}`` — the namespace's own record (format version, bucket count).
+
+No key name contains a task id, a handler or an error text: those are hash fields and
+set members. So the keys of every script are a fixed set known before the call, all
+passed in ``KEYS`` and all with the same tag; a Lua script never builds a key name.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+from rdq_core.errors import InvalidArgument
+
+#: Buckets per namespace; the first 3 hex digits of a claim token name the bucket.
+BUCKETS = 4096
+#: Shards of the id index per namespace.
+ID_SHARDS = 4096
+#: The namespace record's format version (bumped if the layout ever changes).
+LAYOUT_VERSION = 1
+NAMESPACE_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def namespace_name(namespace: object) -> str:
+    """Validate a namespace name (it becomes part of every key and of a client name)."""
+    if not isinstance(namespace, str) or not NAMESPACE_RE.fullmatch(namespace):
+        raise InvalidArgument(
+            f"invalid redis namespace {namespace!r}: use 1 to 64 characters from [A-Za-z0-9_-]"
+        )
+    return namespace
+
+
+def bucket_of(queue: str) -> str:
+    """The bucket of a queue: 3 lowercase hex digits."""
+    return f"{zlib.crc32(queue.encode()) % BUCKETS:03x}"
+
+
+def bucket_of_token(token: str) -> str:
+    """The bucket a claim token was minted in (its first 3 hex digits)."""
+    return token[:3]
+
+
+def shard_of(task_id: str) -> str:
+    """The id-index shard of a task id: 3 lowercase hex digits."""
+    return f"{zlib.crc32(task_id.encode()) % ID_SHARDS:03x}"
+
+
+def scan_pattern(namespace: str) -> str:
+    """The ``SCAN MATCH`` pattern of every key of ``namespace`` (no glob character in it:
+    namespace names are ``[A-Za-z0-9_-]``)."""
+    return f"rdq:{{{namespace}:*"
+
+
+def meta_key(namespace: str) -> str:
+    return f"rdq:{{{namespace}:meta}}"
+
+
+def client_name(namespace: str) -> str:
+    """The ``CLIENT SETNAME`` of every connection a storage of ``namespace`` opens."""
+    return f"rdq:{namespace}"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The keys of one bucket (one hash tag, so one cluster slot)."""
+
+    namespace: str
+    bucket: str
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.namespace}:{self.bucket}}}"
+
+    def key(self, name: str) -> str:
+        return f"rdq:{self.tag}:{name}"
+
+    @property
+    def task(self) -> str:
+        return self.key("task")
+
+    @property
+    def pay(self) -> str:
+        return self.key("pay")
+
+    @property
+    def hdr(self) -> str:
+        return self.key("hdr")
+
+    @property
+    def hist(self) -> str:
+        return self.key("hist")
+
+    @property
+    def ready(self) -> str:
+        return self.key("ready")
+
+    @property
+    def lease(self) -> str:
+        return self.key("lease")
+
+    @property
+    def done(self) -> str:
+        return self.key("done")
+
+    @property
+    def dlq(self) -> str:
+        return self.key("dlq")
+
+    @property
+    def seq(self) -> str:
+        return self.key("seq")
+
+    @property
+    def rv(self) -> str:
+        return self.key("rv")
+
+    def all(self) -> tuple[str, ...]:
+        return (
+            self.task, self.pay, self.hdr, self.hist, self.ready, self.lease, self.done,
+            self.dlq, self.seq, self.rv,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The key of one id-index shard (its own hash tag)."""
+
+    namespace: str
+    shard: str
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.namespace}:i{self.shard}}}"
+
+    @property
+    def ids(self) -> str:
+        return f"rdq:{self.tag}:ids"
+
+
+class Layout:
+    """Key names of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace_name(namespace)
+
+    def bucket(self, bucket: str) -> Bucket:
+        return Bucket(self.namespace, bucket)
+
+    def of_queue(self, queue: str) -> Bucket:
+        return Bucket(self.namespace, bucket_of(queue))
+
+    def of_token(self, token: str) -> Bucket:
+        return Bucket(self.namespace, bucket_of_token(token))
+
+    def shard(self, task_id: str) -> Shard:
+        return Shard(self.namespace, shard_of(task_id))
+
+    @property
+    def meta(self) -> str:
+        return meta_key(self.namespace)

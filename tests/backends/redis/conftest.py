@@ -1,0 +1,64 @@
+"""Fixtures for the Redis backend's own tests.
+
+The server is ``RDQ_REDIS_DSN`` (or ``RDQ_DSN``), else the local default
+``redis://127.0.0.1:6379/0``. When it does not answer, every test here is skipped with
+the reason (a failure under ``CI=true``). The cluster tests use ``RDQ_REDIS_CLUSTER_DSN``,
+else start a private 3-master cluster from the local binaries. ``_redis_support`` is made
+importable here, whatever the ``--import-mode``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from _redis_support import require_server  # noqa: E402
+from rdq_redis.plugin import RedisServer  # noqa: E402
+from rdq_redis.storage import RedisStorage  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def dsn() -> str:
+    return require_server()
+
+
+@pytest.fixture(scope="session")
+def server(dsn: str) -> Iterator[RedisServer]:
+    srv = RedisServer(dsn)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def namespace(server: RedisServer) -> Iterator[str]:
+    ns = server.create_namespace()
+    yield ns
+    server.drop_namespace(ns)
+
+
+@pytest.fixture
+def connect(dsn: str, namespace: str) -> Iterator[Callable[..., RedisStorage]]:
+    """Open storages on the test's namespace (``dsn=`` another address of the server,
+    keyword arguments as for RedisStorage); all closed afterwards."""
+    opened: list[RedisStorage] = []
+
+    def open_(dsn_: str | None = None, **kwargs: object) -> RedisStorage:
+        storage = RedisStorage(dsn_ or dsn, namespace, **kwargs)  # type: ignore[arg-type]
+        opened.append(storage)
+        return storage
+
+    yield open_
+    for storage in opened:
+        storage.close()
+
+
+@pytest.fixture
+def storage(connect: Callable[..., RedisStorage]) -> RedisStorage:
+    return connect()

@@ -1,0 +1,180 @@
+"""On a real 3-master Redis Cluster: every script runs with queues (and id shards) on
+every master and never meets ``CROSSSLOT``; the cluster does refuse a script whose keys
+span slots (so it would catch one); a namespace is dropped on every master by SCAN, with
+no ``KEYS``/``FLUSH*``; cuts reach every master; ``NOSCRIPT`` after a flush everywhere is
+transparent. The cluster is ``RDQ_REDIS_CLUSTER_DSN`` or a private one started here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import redis
+from _redis_support import cluster, lifecycle, with_query
+from rdq_redis import keys
+from rdq_redis.connection import primaries
+from rdq_redis.plugin import RedisServer
+from rdq_redis.scripts import ScriptSource
+from rdq_redis.storage import RedisStorage
+from redis.cluster import RedisCluster
+
+from rdq_core.model import NewTask
+
+
+@pytest.fixture(scope="module")
+def cluster_dsn() -> Iterator[str]:
+    with cluster(3) as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def cluster_server(cluster_dsn: str) -> Iterator[RedisServer]:
+    srv = RedisServer(cluster_dsn)
+    assert srv.cluster and "cluster of 3 masters" in srv.origin
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def client(cluster_dsn: str) -> Iterator[RedisCluster]:
+    c = RedisCluster.from_url(cluster_dsn)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def cluster_ns(cluster_server: RedisServer) -> Iterator[str]:
+    ns = cluster_server.create_namespace()
+    yield ns
+    cluster_server.drop_namespace(ns)
+
+
+def _node_of(client: RedisCluster, key: str) -> str:
+    return client.get_node_from_key(key).name
+
+
+def _queues_on_every_master(client: RedisCluster, namespace: str, per_node: int = 2) -> list[str]:
+    layout = keys.Layout(namespace)
+    masters = {n.name for n in client.get_primaries()}
+    chosen: dict[str, list[str]] = {m: [] for m in masters}
+    for i in range(10_000):
+        queue = f"q{i}"
+        node = _node_of(client, layout.of_queue(queue).task)
+        if len(chosen[node]) < per_node:
+            chosen[node].append(queue)
+        if all(len(v) == per_node for v in chosen.values()):
+            return [q for v in chosen.values() for q in v]
+    raise AssertionError("could not find queues on every master")
+
+
+def _commandstats(node: redis.Redis) -> dict[str, int]:
+    stats = node.info("commandstats")
+    return {k: int(v["calls"]) for k, v in stats.items()}
+
+
+def test_the_storage_uses_a_cluster_client_found_by_asking_the_node(cluster_dsn, cluster_ns):
+    storage = RedisStorage(cluster_dsn, cluster_ns)
+    try:
+        client, _ = storage._source.get()
+        assert isinstance(client, RedisCluster)
+        assert len(primaries(client)) == 3
+    finally:
+        storage.close()
+
+
+def test_every_script_on_every_master_without_crossslot(cluster_dsn, cluster_ns, client):
+    """Queues whose buckets land on each of the three masters, ids whose index shards
+    land on others: the whole lifecycle (every script, every selector and filter) runs
+    with the undeclared-key guard; a CROSSSLOT would raise."""
+    storage = RedisStorage(with_query(cluster_dsn, "rdq_check_keys=1"), cluster_ns)
+    try:
+        queues = _queues_on_every_master(client, cluster_ns)
+        for queue in queues:
+            lifecycle(storage, queue)
+        layout = keys.Layout(cluster_ns)
+        owners = {_node_of(client, layout.of_queue(q).task) for q in queues}
+        assert len(owners) == 3
+        shard_owners = {
+            _node_of(client, layout.shard(f"{q}-{i}").ids) for q in queues for i in range(6)
+        }
+        assert len(shard_owners) == 3
+        # an id in one queue on one master, its index shard on another, stays exclusive
+        storage.enqueue(NewTask("x-1", queues[0], "h"))
+        claims = storage.claim_due(queues[0], 1, timedelta(minutes=1))
+        storage.complete(claims[0].task_id, claims[0].token)
+    finally:
+        storage.close()
+
+
+def test_the_cluster_refuses_a_script_whose_keys_span_slots(client, cluster_ns):
+    """Negative control: a new-style (shebang) script touching two buckets fails on the
+    cluster, declared or not, so a script of ours that did would fail the test above."""
+    layout = keys.Layout(cluster_ns)
+    a = layout.bucket("000").task
+    b = next(
+        layout.bucket(f"{i:03x}").task
+        for i in range(1, 4096)
+        if _node_of(client, layout.bucket(f"{i:03x}").task) == _node_of(client, a)
+    )
+    rogue = ScriptSource("rogue", f"redis.call('GET', KEYS[1]); return redis.call('GET', '{b}')")
+    script = client.register_script(rogue.source())
+    with pytest.raises(redis.RedisError, match=r"same slot|CROSSSLOT"):
+        script(keys=[a], args=[])
+
+
+def test_drop_namespace_leaves_no_key_on_any_master_and_never_uses_keys_or_flush(
+    cluster_dsn, cluster_server, client
+):
+    ns = cluster_server.create_namespace()
+    storage = RedisStorage(cluster_dsn, ns)
+    try:
+        for queue in _queues_on_every_master(client, ns, per_node=1):
+            lifecycle(storage, queue)
+            for i in range(300):
+                storage.enqueue(NewTask(f"{queue}-bulk-{i}", queue, "h"))
+    finally:
+        storage.close()
+    nodes = primaries(client)
+    pattern = keys.scan_pattern(ns)
+    assert all(list(n.scan_iter(match=pattern, count=1000)) for n in nodes)
+    before = [_commandstats(n) for n in nodes]
+    cluster_server.drop_namespace(ns)
+    after = [_commandstats(n) for n in nodes]
+    for n, b, a in zip(nodes, before, after, strict=True):
+        assert list(n.scan_iter(match=pattern, count=1000)) == []
+        for forbidden in ("cmdstat_keys", "cmdstat_flushall", "cmdstat_flushdb"):
+            assert a.get(forbidden, 0) == b.get(forbidden, 0), forbidden
+        assert a.get("cmdstat_scan", 0) > b.get("cmdstat_scan", 0)
+
+
+def test_cut_connections_reaches_every_master(cluster_dsn, cluster_server, cluster_ns, client):
+    storage = RedisStorage(cluster_dsn, cluster_ns)
+    try:
+        for queue in _queues_on_every_master(client, cluster_ns, per_node=1):
+            storage.enqueue(NewTask(f"{queue}-t", queue, "h"))
+            storage.stats(queue)
+        name = keys.client_name(cluster_ns)
+        per_node = [
+            len([c for c in n.client_list() if c.get("name") == name]) for n in primaries(client)
+        ]
+        assert all(per_node), per_node
+        assert cluster_server.cut_connections(cluster_ns) >= 3
+        for queue in _queues_on_every_master(client, cluster_ns, per_node=1):
+            assert storage.stats(queue).pending == 1  # reconnected transparently
+    finally:
+        storage.close()
+
+
+def test_noscript_after_a_flush_on_every_master_is_transparent(cluster_dsn, cluster_ns, client):
+    storage = RedisStorage(cluster_dsn, cluster_ns)
+    try:
+        queues = _queues_on_every_master(client, cluster_ns, per_node=2)
+        for queue in queues[0::2]:  # one queue per master
+            lifecycle(storage, queue)
+        for node in primaries(client):
+            node.script_flush()
+        for queue in queues[1::2]:  # another queue per master
+            lifecycle(storage, queue)
+    finally:
+        storage.close()
