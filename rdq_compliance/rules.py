@@ -40,6 +40,7 @@ RULES: dict[str, str] = {
     "outcome-recorded": "an acknowledged outcome is in the task's history, at its claim (SPEC §2)",
     "drain-complete": "after the drain every enqueued task is SUCCEEDED or DEAD (SPEC §3)",
     "drain-timeout": "the run drains: no task still PENDING/IN_FLIGHT at the drain deadline (§3)",
+    "durability": "acknowledged work survives a kill and restart of the server (SPEC §5.13)",
 }
 
 

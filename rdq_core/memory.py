@@ -444,7 +444,12 @@ class MemoryStore(Storage):
     # ---- lifecycle -------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(multi_process=False, clock="the process's UTC clock (injectable)")
+        return Capabilities(
+            multi_process=False,
+            durable=False,
+            durability="in-process memory: nothing outlives the process",
+            clock="the process's UTC clock (injectable)",
+        )
 
     def close(self) -> None:
         """Nothing to release; the data stays for other handles on the same namespace."""

@@ -247,12 +247,24 @@ class Capabilities:
     - ``max_payload_bytes``: the largest payload accepted, ``None`` for no limit
       below the kit's own :data:`rdq_core.validation.MAX_PAYLOAD_BYTES`;
     - ``notify``: the backend can wake idle workers when work becomes due;
+    - ``durable``: **acknowledged writes survive a kill and restart of the server
+      process** (SIGKILL, then a start on the same data): every call that returned —
+      an enqueue, a claim, an outcome, a redrive — is still in effect afterwards (SPEC
+      §5.13). Only the server *process* is meant, not the machine: data still in the
+      operating system's page cache counts as kept. An embedded store counts the
+      process that holds it. The chaos nemesis kills and restarts a server only when its
+      backend declares this (else the loss would be by design, not a bug), and the
+      durability test holds a backend that declares it to it;
+    - ``durability``: how ``durable`` was decided, for humans (e.g. the server settings
+      read), shown where a fault or test is skipped for want of it;
     - ``clock``: a description of the storage clock (e.g. ``"postgres now()"``).
     """
 
     multi_process: bool = True
     max_payload_bytes: int | None = None
     notify: bool = False
+    durable: bool = False
+    durability: str = "not declared"
     clock: str = "storage"
     extra: frozenset[str] = frozenset()
 

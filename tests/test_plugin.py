@@ -202,7 +202,8 @@ def test_unknown_capability_is_a_collection_error_listing_the_known(
             [
                 "*ERROR collecting test_typo.py*",
                 "rdq: rdq_requires: unknown capability 'multi_proces'; known capability "
-                "names: multi_process, notify (used by test_typo.py::test_capability_typo)",
+                "names: durable, multi_process, notify "
+                "(used by test_typo.py::test_capability_typo)",
             ]
         )
 
@@ -219,7 +220,7 @@ def test_unknown_fault_is_a_collection_error_listing_the_known(
         [
             "*ERROR collecting test_typo.py*",
             "rdq: rdq_requires_fault: unknown fault 'kil_server'; known fault names: "
-            "cut_connections, kill_server, restart_server "
+            "cut_connections, kill_server, pause_server, restart_server "
             "(used by test_typo.py::TestFaults::test_fault_typo)",
         ]
     )
@@ -268,7 +269,7 @@ def test_known_names_are_the_capability_flags_and_the_declared_faults() -> None:
     from rdq_compliance import requirements
     from rdq_compliance.provision import FAULTS, KILL_SERVER
 
-    assert requirements.CAPABILITIES == {"multi_process", "notify"}
+    assert requirements.CAPABILITIES == {"durable", "multi_process", "notify"}
     assert requirements.MARKERS["rdq_requires_fault"] == ("fault", FAULTS)
     assert requirements.unknown("rdq_requires_fault", (KILL_SERVER,)) is None
     assert requirements.unknown("rdq_requires", ("clock",)) is not None  # not a flag

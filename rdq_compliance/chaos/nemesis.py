@@ -3,7 +3,11 @@
 :func:`plan_faults` turns a scenario and a seed into a list of :class:`PlannedFault`
 (time in the fault window, kind, target slot, kill point, duration) — a pure function,
 the same for the same seed, gated on what the server declares in ``Server.faults``:
-a fault the server cannot inject is left out with a note saying why.
+a fault the server cannot inject is left out with a note saying why. Server kills and
+restarts are planned only when, in addition, the backend declares ``durable``
+(:class:`rdq_core.model.Capabilities`): restarting a server that keeps nothing would
+lose acknowledged work by design, which the checker would report as lost tasks — not
+the bug a campaign looks for. The note then says so, with how durability was decided.
 
 :class:`Nemesis` applies the plan to a live :class:`~rdq_compliance.chaos.fleet.Fleet`
 and server, journaling each fault in the harness journal *before* it acts
@@ -80,9 +84,19 @@ class FaultPlan:
 
 
 def plan_faults(
-    scenario: Scenario, supported: frozenset[str] | set[str], server_name: str = "the server"
+    scenario: Scenario,
+    supported: frozenset[str] | set[str],
+    server_name: str = "the server",
+    *,
+    durable: bool = False,
+    durability: str = "",
 ) -> FaultPlan:
-    """The fault schedule of ``scenario`` for its seed (deterministic)."""
+    """The fault schedule of ``scenario`` for its seed (deterministic).
+
+    ``supported`` are the server's faults (``Server.faults``); ``durable`` whether the
+    backend declares durability (``Capabilities.durable``; ``durability`` says why, for
+    the note): without it no server kill or restart is planned.
+    """
     rng = random.Random(f"rdq-nemesis:{scenario.seed}")
     f = scenario.faults
     window = scenario.duration
@@ -113,6 +127,13 @@ def plan_faults(
             skipped.append(
                 f"server_restart x{f.server_restarts}: skipped, {server_name} does not support "
                 + " and ".join(sorted(missing))
+            )
+        elif not durable:
+            why = f" ({durability})" if durability else ""
+            skipped.append(
+                f"server_restart x{f.server_restarts}: skipped, the backend does not declare "
+                f"durable{why}: a kill and restart of {server_name} would lose acknowledged "
+                "work by design"
             )
         else:
             for _ in range(f.server_restarts):

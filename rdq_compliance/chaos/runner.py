@@ -165,7 +165,14 @@ def run_campaign(
     counters = Counters()
     server = session.server
     backend_name = session.name
-    plan = plan_faults(scenario, server.faults, f"the {backend_name} server ({server.origin})")
+    capabilities = session.capabilities()
+    plan = plan_faults(
+        scenario,
+        server.faults,
+        f"the {backend_name} server ({server.origin})",
+        durable=capabilities.durable,
+        durability=capabilities.durability,
+    )
     counters.notes.extend(plan.skipped)
     result = CampaignResult(
         scenario=scenario,

@@ -212,12 +212,16 @@ class Watchdog:
             time.sleep(0.005)
 
     def stop_tree(self, grace: float) -> list[int]:
-        """The stop signal to the leader; once it has exited (or after ``grace`` seconds)
-        :meth:`kill_tree` takes whatever is left (strays the leader did not wait for)."""
+        """The stop signal to the leader (and SIGCONT to the tree, in case it was paused);
+        once it has exited (or after ``grace`` seconds) :meth:`kill_tree` takes whatever
+        is left (strays the leader did not wait for)."""
         self.reap()
         leader = self.leader
         if leader is not None and leader.returncode is None:
             _signal(leader.pid, int(self.config.get("stop_signal", signal.SIGTERM)))
+            # A paused (SIGSTOPped) server acts on the stop signal only once continued.
+            for pid in self.tree():
+                _signal(pid, signal.SIGCONT)
             deadline = time.monotonic() + grace
             while leader.returncode is None and time.monotonic() < deadline:
                 time.sleep(0.01)

@@ -31,12 +31,18 @@ class ProvisionUnavailable(RdqError):
 
 
 #: Faults a server may support; the chaos harness only schedules those it declares.
+#: ``kill_server``: SIGKILL the server (:meth:`Server.kill`); ``restart_server``: start it
+#: again on the same address and data (:meth:`Server.restart`); ``pause_server``: SIGSTOP
+#: it and later SIGCONT it (:meth:`Server.pause`, :meth:`Server.resume`): it keeps its
+#: sockets but answers nothing meanwhile; ``cut_connections``: terminate the clients'
+#: connections to one namespace (:meth:`Server.cut_connections`).
 KILL_SERVER = "kill_server"
 RESTART_SERVER = "restart_server"
+PAUSE_SERVER = "pause_server"
 CUT_CONNECTIONS = "cut_connections"
 #: Every fault name the kit knows: ``Server.faults`` is drawn from these, and
 #: ``rdq_requires_fault`` may only ask for these (any other name is an error).
-FAULTS: frozenset[str] = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
+FAULTS: frozenset[str] = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,8 @@ class Server(ABC):
     dsn: str
     #: How it was provisioned, for humans: ``"given DSN"``, ``"local binary ..."``, ...
     origin: str = "embedded"
-    #: The faults :meth:`kill`, :meth:`restart` and :meth:`cut_connections` support.
+    #: The faults :meth:`kill`, :meth:`restart`, :meth:`pause`/:meth:`resume` and
+    #: :meth:`cut_connections` support (names from :data:`FAULTS`).
     faults: frozenset[str] = frozenset()
 
     @abstractmethod
@@ -100,6 +107,14 @@ class Server(ABC):
     def restart(self) -> None:
         """Start the server again after :meth:`kill` (or stop it cleanly and start it)."""
         raise UnsupportedFault(f"{type(self).__name__} cannot restart its server")
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its sockets and answers nothing until :meth:`resume`."""
+        raise UnsupportedFault(f"{type(self).__name__} cannot pause its server")
+
+    def resume(self) -> None:
+        """SIGCONT the server after :meth:`pause` (a no-op if it is not paused)."""
+        raise UnsupportedFault(f"{type(self).__name__} cannot resume its server")
 
     def cut_connections(self, namespace: str) -> int:
         """Terminate clients' connections to the namespace; returns how many."""

@@ -6,9 +6,11 @@ a process started in its own session (so its process group is its own), optional
 another user when we are root (:mod:`rdq_compliance.provision.users`), output to a log
 file, with :meth:`~ManagedProcess.wait_ready` (a real readiness probe, no blind sleeps),
 :meth:`~ManagedProcess.kill` (SIGKILL to the whole tree), :meth:`~ManagedProcess.stop`
-(stop signal, grace period, SIGKILL) and :meth:`~ManagedProcess.pids` (the live
-processes of the tree, listed with psutil). :func:`run_to_completion` runs a one-shot
-command (``initdb``) the same way; :func:`remove_tree` deletes what a server left.
+(stop signal, grace period, SIGKILL), :meth:`~ManagedProcess.pause` /
+:meth:`~ManagedProcess.resume` (SIGSTOP / SIGCONT to the whole tree) and
+:meth:`~ManagedProcess.pids` (the live processes of the tree, listed with psutil).
+:func:`run_to_completion` runs a one-shot command (``initdb``) the same way;
+:func:`remove_tree` deletes what a server left.
 
 **The server dies with the kit.** A ManagedProcess is launched by a small watchdog
 process (the script ``_watchdog.py`` beside this module, run as ``python -I -S``, never
@@ -152,6 +154,7 @@ class ManagedProcess:
         self._launch_error: str | None = None
         self._replies: queue.Queue[dict[str, object]] = queue.Queue()
         self._released = False
+        self._paused = False
         self._lock = threading.Lock()
 
     # ---- identity ------------------------------------------------------------------
@@ -363,12 +366,51 @@ class ManagedProcess:
                 return
             survivors = self._command("kill", timeout=20.0)
             self._exited.wait(5.0)
+            self._paused = False
         if survivors:
             raise ProcessFailed(f"processes survived SIGKILL: {survivors}")
 
+    def pause(self) -> list[int]:
+        """SIGSTOP every process of the server (the whole tree, not one pid): it stops
+        answering until :meth:`resume`, while its sockets stay open (a client's connect
+        succeeds, its requests wait). Returns the pids stopped.
+
+        The tree is listed and signalled again until no process is left running, so a
+        child forked meanwhile is stopped too. :meth:`kill` and :meth:`stop` work on a
+        paused server (the watchdog continues the tree after the stop signal).
+        """
+        with self._lock:
+            stopped: set[int] = set()
+            for _ in range(50):
+                todo = [p for p in self.pids() if p not in stopped]
+                if not todo:
+                    break
+                for pid in todo:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                    stopped.add(pid)
+            self._paused = bool(stopped)
+            return sorted(stopped)
+
+    def resume(self) -> list[int]:
+        """SIGCONT every process of the server (after :meth:`pause`); the pids continued."""
+        with self._lock:
+            pids = self.pids()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            self._paused = False
+            return pids
+
+    @property
+    def paused(self) -> bool:
+        """Whether :meth:`pause` stopped the server and nothing continued it since."""
+        return self._paused and self.running
+
     def stop(self, grace: float | None = None) -> None:
         """Stop signal to the leader, SIGKILL to the whole tree after ``grace`` seconds,
-        then release the watchdog. Idempotent; fine after :meth:`kill` or an exit."""
+        then release the watchdog. Idempotent; fine after :meth:`kill` or an exit, and
+        on a paused server (the watchdog continues it after the stop signal)."""
         grace = self.grace if grace is None else grace
         with self._lock:
             if self._watchdog is None or self._released:
@@ -377,6 +419,7 @@ class ManagedProcess:
                 self._command(f"stop {grace}", timeout=grace + 20.0)
                 self._exited.wait(5.0)
             finally:
+                self._paused = False
                 self._release()
 
     close = stop

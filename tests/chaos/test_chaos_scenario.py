@@ -112,16 +112,16 @@ def test_file_errors_name_the_file(tmp_path):
 
 def test_plan_is_deterministic_per_seed():
     s = load_scenario(STANDARD)
-    a = plan_faults(s, ALL_FAULTS)
-    assert a == plan_faults(s, ALL_FAULTS)
-    b = plan_faults(s.with_seed(s.seed + 1), ALL_FAULTS)
+    a = plan_faults(s, ALL_FAULTS, durable=True)
+    assert a == plan_faults(s, ALL_FAULTS, durable=True)
+    b = plan_faults(s.with_seed(s.seed + 1), ALL_FAULTS, durable=True)
     assert a.faults != b.faults
     assert sorted(f.kind for f in a.faults) == sorted(f.kind for f in b.faults)
 
 
 def test_plan_has_the_scenarios_faults_in_the_window():
     s = load_scenario(STANDARD)
-    plan = plan_faults(s, ALL_FAULTS)
+    plan = plan_faults(s, ALL_FAULTS, durable=True)
     kinds = [f.kind for f in plan.faults]
     assert kinds.count("kill") == s.faults.kills
     assert kinds.count("pause") == s.faults.pauses
@@ -153,6 +153,27 @@ def test_plan_is_gated_on_the_servers_faults():
         in (plan.skipped[0])
     )
     assert "cut_connections" in plan.skipped[1]
-    only_cuts = plan_faults(s, frozenset({CUT_CONNECTIONS}))
+    only_cuts = plan_faults(s, frozenset({CUT_CONNECTIONS}), durable=True)
     assert "cut_connections" in {f.kind for f in only_cuts.faults}
     assert "server_restart" not in {f.kind for f in only_cuts.faults}
+
+
+def test_server_kills_are_planned_only_on_a_durable_backend():
+    """A server that can be killed but keeps nothing would lose acknowledged work by
+    design: no server restart is planned, and the note says why (SPEC §5.13)."""
+    s = load_scenario(STANDARD)
+    plan = plan_faults(
+        s, ALL_FAULTS, "the redis server (given DSN)", durability="appendonly no on 127.0.0.1"
+    )
+    assert "server_restart" not in {f.kind for f in plan.faults}
+    assert {"kill", "pause", "cut_connections", "redrive"} <= {f.kind for f in plan.faults}
+    assert plan.skipped == (
+        "server_restart x1: skipped, the backend does not declare durable (appendonly no on "
+        "127.0.0.1): a kill and restart of the redis server (given DSN) would lose "
+        "acknowledged work by design",
+    )
+    durable = plan_faults(s, ALL_FAULTS, "the redis server (given DSN)", durable=True)
+    assert [f.kind for f in durable.faults].count("server_restart") == 1
+    # the rest of the schedule does not depend on durability
+    rest = [f for f in durable.faults if f.kind != "server_restart"]
+    assert len(rest) == len(plan.faults)

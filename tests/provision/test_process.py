@@ -160,6 +160,45 @@ def test_kill_sigkills_every_process_of_the_tree_at_once(tmp_path: Path) -> None
     assert process.watchdog_pid is not None and alive([process.watchdog_pid]) == []
 
 
+def _states(pids: list[int]) -> set[str]:
+    return {psutil.Process(pid).status() for pid in pids}
+
+
+def test_pause_stops_every_process_of_the_tree_and_resume_continues_them(
+    tmp_path: Path, started: list[ManagedProcess]
+) -> None:
+    port = free_port()
+    process = ManagedProcess(server_argv(port), log_path=tmp_path / "log").start()
+    started.append(process)
+    process.wait_ready(lambda: port_open(port), timeout=10)
+    pids = process.pids()
+    assert sorted(process.pause()) == pids  # the child in a session of its own too
+    assert process.paused and _states(pids) == {psutil.STATUS_STOPPED}
+    assert port_open(port), "a paused server keeps its listening socket"
+    assert process.resume() == pids
+    assert not process.paused
+    assert psutil.STATUS_STOPPED not in _states(pids)
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_paused_server_stops_promptly(tmp_path: Path, how: str) -> None:
+    """The watchdog continues a paused tree after the stop signal, so a paused server
+    stops at once rather than after the grace period (and SIGKILL needs no SIGCONT)."""
+    port = free_port()
+    process = ManagedProcess(server_argv(port), log_path=tmp_path / "log", grace=10).start()
+    try:
+        process.wait_ready(lambda: port_open(port), timeout=10)
+        pids = process.pids()
+        process.pause()
+        began = time.monotonic()
+        getattr(process, how)()
+        assert time.monotonic() - began < 3
+        assert wait_gone(pids, 2) == []
+        assert not process.paused
+    finally:
+        process.stop()
+
+
 def test_a_binary_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ProcessFailed, match=r"could not start .*rdq-no-such-binary"):
         ManagedProcess([str(tmp_path / "rdq-no-such-binary")], log_path=tmp_path / "log").start()
