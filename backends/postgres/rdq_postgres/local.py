@@ -56,6 +56,7 @@ from psycopg import sql
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     KILL_SERVER,
+    PAUSE_SERVER,
     RESTART_SERVER,
     ProvisionRequest,
     ProvisionUnavailable,
@@ -401,11 +402,13 @@ class LocalPostgresServer(PostgresServer):
     Namespaces, ``cut_connections`` and the DSN work as on a given server; in addition the
     kit owns the process: :meth:`kill` SIGKILLs the postmaster's process group,
     :meth:`restart` starts it again on the same port and data directory (crash recovery),
-    :meth:`close` stops it and deletes the data directory — idempotently, also after a
-    kill — and if the kit process dies, the watchdog stops it and deletes the data.
+    :meth:`pause` / :meth:`resume` SIGSTOP / SIGCONT every process of it (postmaster and
+    backends), :meth:`close` stops it and deletes the data directory — idempotently, also
+    after a kill or a pause — and if the kit process dies, the watchdog stops it and
+    deletes the data.
     """
 
-    faults = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
+    faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
     def __init__(self, cluster: LocalCluster) -> None:
         binary = cluster.binaries["postgres"]
@@ -438,6 +441,20 @@ class LocalPostgresServer(PostgresServer):
                 raise ProvisionUnavailable(f"could not restart {self.origin}: {exc}") from exc
             self._killed = False
 
+    def pause(self) -> None:
+        """SIGSTOP the postmaster and every backend: connections stay open, nothing answers."""
+        with self._state_lock:
+            self._check_open()
+            if self.cluster.process is not None and self.cluster.running:
+                self.cluster.process.pause()
+
+    def resume(self) -> None:
+        """SIGCONT what :meth:`pause` stopped (a no-op on a server that is not paused)."""
+        with self._state_lock:
+            self._check_open()
+            if self.cluster.process is not None:
+                self.cluster.process.resume()
+
     def pids(self) -> list[int]:
         return self.cluster.pids()
 
@@ -447,6 +464,8 @@ class LocalPostgresServer(PostgresServer):
             if self._closed:
                 return
             self._closed = True
+            if self.cluster.process is not None and self.cluster.process.paused:
+                self.cluster.process.resume()  # so that leftover namespaces can be dropped
             if not self._killed:
                 with contextlib.suppress(Exception):
                     super().close()  # drop leftover namespaces, close the admin connection

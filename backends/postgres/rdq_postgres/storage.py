@@ -33,6 +33,24 @@ then locked) rolled back entirely and is run again, up to :data:`RETRIES` times.
 **Clock.** Every time is the server's ``now()`` (the start of the statement's
 transaction); Python's clock is never used. The server's clock is trusted to be monotonic.
 
+**Durability** (``Capabilities.durable``: acknowledged writes survive a kill and restart
+of the server process) is read from the server on the first ``capabilities()`` call that
+reaches it (:func:`durability_of` on ``synchronous_commit``, ``full_page_writes`` and
+``fsync`` as this storage's sessions see them), then kept:
+
+- a commit with ``synchronous_commit`` ``on``, ``remote_apply``, ``remote_write`` or
+  ``local`` returns only after its WAL record was written — with ``fsync=on`` also flushed
+  — so when the server *process* dies (the ``kill_server`` fault SIGKILLs every process of
+  it) the record is in the file or at least the kernel's page cache, and the next start
+  replays it: **durable**, even with ``fsync=off``, which only skips the flush to the
+  disk (only an operating-system crash or power cut could then lose commits: not what
+  the capability promises);
+- ``synchronous_commit=off`` returns before the WAL is written (the WAL writer writes it
+  within three times ``wal_writer_delay``): a SIGKILL loses the last commits: **not durable**;
+- ``full_page_writes=off``: a SIGKILL can stop an 8 kB page write between its 4 kB
+  halves (Linux ends a write at a page boundary when the writer is killed) and nothing
+  in the WAL can repair the torn page: **not durable**.
+
 **Errors.** Every psycopg error is mapped (:func:`rdq_postgres.errors.map_error`): a lost
 or refused connection or a pool timeout is ``BackendUnavailable``, a value PostgreSQL
 refuses is ``InvalidArgument``.
@@ -113,6 +131,8 @@ class PostgresStorage(Storage):
         self._q = Queries(self._source.schema)
         #: Try the fresh claim first (see the module docstring); a hint, shared by threads.
         self._fresh_first = True
+        #: (durable, how it was decided), once read from the server.
+        self._durability: tuple[bool, str] | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStorage({self._source.where})"
@@ -351,14 +371,60 @@ class PostgresStorage(Storage):
     # ---- lifecycle ----
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            multi_process=True, max_payload_bytes=None, notify=False, clock=CLOCK_DESCRIPTION
-        )
+        """What this storage supports; ``durable`` from the server's settings (read once,
+        see the module docstring; while the server does not answer, not durable, and
+        asked again next time)."""
+        durable = self._durability
+        if durable is None:
+            try:
+                durable = self._run("capabilities", _read_durability)
+            except BackendUnavailable as exc:
+                return _capabilities(False, f"unknown: the server did not answer ({exc})")
+            self._durability = durable
+        return _capabilities(*durable)
 
     def close(self) -> None:
         """Close this process's connections; idempotent. Later calls raise
         ``BackendUnavailable``."""
         self._source.close()
+
+
+def _capabilities(durable: bool, durability: str) -> Capabilities:
+    return Capabilities(
+        multi_process=True,
+        max_payload_bytes=None,
+        notify=False,
+        durable=durable,
+        durability=durability,
+        clock=CLOCK_DESCRIPTION,
+    )
+
+
+_DURABILITY_SETTINGS = (
+    "SELECT current_setting('synchronous_commit'), current_setting('full_page_writes'), "
+    "current_setting('fsync')"
+)
+
+
+def _read_durability(conn: psycopg.Connection) -> tuple[bool, str]:
+    row = cursor_of(conn).execute(_DURABILITY_SETTINGS).fetchone()
+    assert row is not None
+    return durability_of(str(row[0]), str(row[1]), str(row[2]))
+
+
+def durability_of(synchronous_commit: str, full_page_writes: str, fsync: str) -> tuple[bool, str]:
+    """Whether commits survive a SIGKILL of the server with these settings, and why
+    (see the module docstring)."""
+    shown = (
+        f"synchronous_commit={synchronous_commit}, full_page_writes={full_page_writes}, "
+        f"fsync={fsync}"
+    )
+    if synchronous_commit == "off":
+        return False, f"{shown}: a commit returns before its WAL is written"
+    if full_page_writes == "off":
+        return False, f"{shown}: a page torn by a kill cannot be repaired from the WAL"
+    disk = "" if fsync == "on" else " (not flushed to the disk: an OS crash is not covered)"
+    return True, f"{shown}: a commit returns after its WAL is written{disk}"
 
 
 def _claim_order(row: rows.Row) -> tuple[Any, Any]:

@@ -26,8 +26,12 @@ rdq_clock.last_us, floor)`` without writing. Because writes are serialised by th
 lock, a time issued by one transaction is never earlier than one issued by a transaction
 that committed before it, whichever process ran it.
 
-**Durability.** WAL with ``synchronous=NORMAL``: a committed transaction survives the
-SIGKILL of any process; only an OS crash or power loss may lose the last commits.
+**Durability.** WAL with ``synchronous=NORMAL``: ``COMMIT`` returns after the
+transaction's frames were written to the WAL file (``synchronous=NORMAL`` only leaves out
+the flush to the disk, done at checkpoints), so a committed transaction survives the
+SIGKILL of any process; only an OS crash or power loss may lose the last commits. The
+storage declares ``durable`` (which promises exactly the first: see
+:class:`rdq_core.model.Capabilities`).
 
 **Storage half.** This module, ``connection`` and ``schema`` import only :mod:`rdq_core`
 and the standard library — never :mod:`rdq_compliance` nor :mod:`rdq_sqlite.plugin` — so
@@ -79,6 +83,10 @@ MicrosClock = Callable[[], int]
 CLOCK_DESCRIPTION = (
     "host UTC clock read inside the write transaction, monotonic per database "
     "(floor kept in the rdq_clock table)"
+)
+DURABILITY = (
+    "SQLite WAL, synchronous=NORMAL: COMMIT returns after the WAL frames are written; a "
+    "killed process loses no committed transaction"
 )
 
 #: Connections inherited through fork: kept referenced so the child never closes them
@@ -668,7 +676,12 @@ class SqliteStorage(Storage):
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            multi_process=True, max_payload_bytes=None, notify=False, clock=CLOCK_DESCRIPTION
+            multi_process=True,
+            max_payload_bytes=None,
+            notify=False,
+            durable=True,
+            durability=DURABILITY,
+            clock=CLOCK_DESCRIPTION,
         )
 
     def close(self) -> None:

@@ -26,15 +26,18 @@ import pytest
 
 pytest.importorskip("psycopg")
 
+import psycopg
 from rdq_postgres.container import start_container
 from rdq_postgres.local import LocalPostgresServer, find_postgres
 from rdq_postgres.options import CONTAINER_OPTIONS, LOCAL_OPTIONS
 from rdq_postgres.plugin import PostgresBackend, backend
 from rdq_postgres.server import PostgresServer
+from rdq_postgres.storage import PostgresStorage, durability_of
 
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     KILL_SERVER,
+    PAUSE_SERVER,
     RESTART_SERVER,
     ProvisionRequest,
     ProvisionUnavailable,
@@ -118,7 +121,7 @@ def test_without_a_dsn_the_ladder_starts_local_binaries(
     assert server.origin.startswith("local binary ")
     assert f"on 127.0.0.1:{server.cluster.port}" in server.origin
     assert server.dsn == f"postgresql://postgres@127.0.0.1:{server.cluster.port}/rdq"
-    assert server.faults == {KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS}
+    assert server.faults == {KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS}
     assert server.cluster.datadir == workdir / "pgdata"
 
 
@@ -339,6 +342,60 @@ def test_restart_of_a_running_server_is_a_clean_stop_and_start(
     finally:
         storage.close()
         server.drop_namespace(namespace)
+
+
+def test_pause_stops_every_server_process_until_resume(server: LocalPostgresServer) -> None:
+    namespace = server.create_namespace()
+    storage = PostgresStorage(server.dsn, namespace)
+    try:
+        storage.enqueue(NewTask("across-pause", "q", "h"))
+        pids = server.pids()
+        server.pause()
+        try:
+            assert {psutil.Process(p).status() for p in pids} == {psutil.STATUS_STOPPED}
+            with pytest.raises(psycopg.OperationalError):  # nothing answers meanwhile
+                psycopg.connect(server.dsn, connect_timeout=1).close()
+        finally:
+            server.resume()
+        assert psutil.STATUS_STOPPED not in {psutil.Process(p).status() for p in pids}
+        assert storage.get("across-pause").id == "across-pause"
+    finally:
+        storage.close()
+        server.drop_namespace(namespace)
+
+
+def test_the_local_server_is_declared_durable(server: LocalPostgresServer) -> None:
+    """fsync=off, synchronous_commit=on, full_page_writes=on: a commit's WAL is written
+    before it returns, so a SIGKILL of the server loses none (SPEC §5.13)."""
+    namespace = server.create_namespace()
+    storage = PostgresStorage(server.dsn, namespace)
+    try:
+        caps = storage.capabilities()
+        assert caps.durable is True
+        assert caps.durability.startswith(
+            "synchronous_commit=on, full_page_writes=on, fsync=off: a commit returns after "
+            "its WAL is written (not flushed to the disk"
+        )
+    finally:
+        storage.close()
+        server.drop_namespace(namespace)
+
+
+@pytest.mark.parametrize(
+    ("settings", "durable", "why"),
+    [
+        (("on", "on", "on"), True, "a commit returns after its WAL is written"),
+        (("local", "on", "off"), True, "not flushed to the disk"),
+        (("remote_write", "on", "on"), True, "after its WAL is written"),
+        (("off", "on", "on"), False, "returns before its WAL is written"),
+        (("on", "off", "on"), False, "torn by a kill"),
+    ],
+)
+def test_durability_is_decided_per_setting(
+    settings: tuple[str, str, str], durable: bool, why: str
+) -> None:
+    decided, text = durability_of(*settings)
+    assert decided is durable and why in text
 
 
 def test_cut_connections_terminates_the_namespace_sessions(server: LocalPostgresServer) -> None:
