@@ -2,124 +2,35 @@
 which may import :mod:`rdq_compliance.provision`; the storage half
 (:mod:`rdq_redis.storage` and its modules) never imports the kit.
 
-A namespace is a key prefix ``rdq:{<ns>:`` (:mod:`rdq_redis.keys`) on one server or
-cluster. Provisioning, phase 1:
+:class:`RedisBackend` climbs the provisioning ladder:
 
-- **rung 1, a given DSN** (``--rdq-dsn redis://host:port/db`` or ``RDQ_REDIS_DSN``): the
-  server must answer (else ``BackendUnavailable`` naming the DSN, password masked) and
-  is never stopped by the kit. A cluster needs no option: the node the URL names is
-  asked (``INFO cluster``) and a cluster client is used when it says
-  ``cluster_enabled:1`` (``?rdq_cluster=yes|no`` in the URL overrides that; see
-  :mod:`rdq_redis.connection`);
-- rungs 2 and 3 (a private ``redis-server`` from the local binaries, a container) come
-  in phase 2: they raise ``ProvisionUnavailable`` saying so.
+- **rung 1, a given DSN** (``--rdq-dsn redis://host:port/db`` or ``RDQ_REDIS_DSN``):
+  :class:`rdq_redis.server.RedisServer`, a server or any node of a cluster (found out by
+  asking it), never stopped by the kit; its one fault is ``cut_connections``;
+- **rung 2, local binaries**: a private ``redis-server`` — or, with ``--rdq-option
+  redis_cluster=N``, a Redis Cluster of N masters — in the kit's workdir on free loopback
+  ports, AOF with ``appendfsync always`` by default (:mod:`rdq_redis.local`);
+- **rung 3, a container** through testcontainers when Docker answers
+  (:mod:`rdq_redis.container`).
 
-The one fault a given server can suffer is ``cut_connections``: ``CLIENT KILL`` of every
-connection named ``rdq:<namespace>`` on every master.
+When none serves, the error names the three remedies. Rungs 2 and 3 read their
+``--rdq-option`` settings through the kit's shared parser (:mod:`rdq_redis.options`).
+Storage is :class:`rdq_redis.storage.RedisStorage`, one key prefix per namespace.
+
+**Import rule.** This module, ``server``, ``local``, ``container`` and ``options`` are the
+plugin half; the storage half (``storage``, ``connection``, ``scripts``, ``keys``,
+``codec``, ``admin``, ``persistence``, ``errors``) imports only :mod:`rdq_core`, redis-py
+and itself.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-import redis.exceptions as rx
-
-from rdq_compliance.provision.backend import (
-    CUT_CONNECTIONS,
-    Backend,
-    ProvisionRequest,
-    ProvisionUnavailable,
-    Server,
-)
-from rdq_core.errors import BackendUnavailable
-from rdq_redis import admin, keys
-from rdq_redis.connection import is_cluster, open_client, parse_dsn
-from rdq_redis.errors import map_error
+from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
+from rdq_redis import container, local
+from rdq_redis.server import ADMIN_CLIENT_NAME, RedisServer
 from rdq_redis.storage import RedisStorage
 
-T = TypeVar("T")
-
-#: The kit's own connections: no ``:``, so never the name of a namespace's connections.
-ADMIN_CLIENT_NAME = "rdq-admin"
-
-
-class RedisServer(Server):
-    """A Redis server or cluster at ``dsn``; ``close()`` drops the namespaces it created
-    that are still there and leaves the server running."""
-
-    faults: frozenset[str] = frozenset({CUT_CONNECTIONS})
-
-    def __init__(self, dsn: str, *, origin: str | None = None) -> None:
-        self.dsn = dsn
-        self.target = parse_dsn(dsn)
-        self.where = f"redis {self.target.masked!r}"
-        self._lock = threading.Lock()
-        self._client: Any = None
-        self._pid = os.getpid()
-        self._created: set[str] = set()
-        client = self._admin()
-        self.cluster = is_cluster(client)
-        kind = f"cluster of {len(admin.primaries(client))} masters" if self.cluster else "server"
-        self.origin = origin or f"given DSN {self.target.masked} ({kind})"
-
-    def _admin(self) -> Any:
-        """The server's own client (re-opened if lost or inherited through fork)."""
-        client = self._client
-        if client is not None and self._pid == os.getpid():
-            return client
-        try:
-            client = open_client(self.target, ADMIN_CLIENT_NAME)
-            client.ping()
-        except (rx.RedisError, rx.RedisClusterException) as exc:
-            raise BackendUnavailable(
-                f"redis server at {self.target.masked} does not answer: "
-                f"{str(exc).strip() or type(exc).__name__}"
-            ) from None
-        self._client, self._pid = client, os.getpid()
-        return client
-
-    def _admin_call(self, action: str, fn: Callable[[Any], T]) -> T:
-        with self._lock:
-            client = self._admin()
-            try:
-                return fn(client)
-            except (rx.RedisError, rx.RedisClusterException) as exc:
-                raise map_error(exc, action, self.where) from exc
-
-    def create_namespace(self) -> str:
-        namespace = admin.new_namespace_name()
-        self._admin_call("create_namespace", lambda c: admin.create_namespace(c, namespace))
-        with self._lock:
-            self._created.add(namespace)
-        return namespace
-
-    def drop_namespace(self, namespace: str) -> None:
-        keys.namespace_name(namespace)
-        self._admin_call("drop_namespace", lambda c: admin.drop_namespace(c, namespace))
-        with self._lock:
-            self._created.discard(namespace)
-
-    def cut_connections(self, namespace: str) -> int:
-        keys.namespace_name(namespace)
-        return self._admin_call("cut_connections", lambda c: admin.cut_connections(c, namespace))
-
-    def close(self) -> None:
-        """Drop the namespaces this object created that are still there; close the admin
-        client; the server keeps running."""
-        with self._lock:
-            leftover, self._created = sorted(self._created), set()
-        for namespace in leftover:
-            try:
-                self.drop_namespace(namespace)
-            except BackendUnavailable:
-                break
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None and self._pid == os.getpid():
-            client.close()
+__all__ = ["ADMIN_CLIENT_NAME", "RedisBackend", "RedisServer", "backend"]
 
 
 class RedisBackend(Backend):
@@ -131,16 +42,12 @@ class RedisBackend(Backend):
         return RedisServer(dsn)
 
     def start_local_server(self, request: ProvisionRequest) -> Server:
-        raise ProvisionUnavailable(
-            "not yet: the redis backend cannot start a local redis-server in this version "
-            "(phase 2); pass --rdq-dsn redis://host:port/0"
-        )
+        """Rung 2: a private server or cluster from local binaries (:mod:`rdq_redis.local`)."""
+        return local.start_local_server(request)
 
     def start_container(self, request: ProvisionRequest) -> Server:
-        raise ProvisionUnavailable(
-            "not yet: the redis backend has no container rung in this version (phase 2); "
-            "pass --rdq-dsn redis://host:port/0"
-        )
+        """Rung 3: a container through testcontainers (:mod:`rdq_redis.container`)."""
+        return container.start_container(request)
 
     def open(self, dsn: str, namespace: str) -> RedisStorage:
         return RedisStorage(dsn, namespace)

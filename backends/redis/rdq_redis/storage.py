@@ -121,6 +121,13 @@ Scaling limits
   alone; by ids it is one script).
 - Enqueue and ``get`` are two round trips (index shard, bucket); every other call one.
 
+Durability
+----------
+``capabilities().durable`` is read from the server: only ``appendonly yes`` with
+``appendfsync always`` on every master keeps every acknowledged write through a kill and
+restart of the server process; ``everysec`` does not, not even for a process kill.
+:mod:`rdq_redis.persistence` says exactly why.
+
 Errors
 ------
 Every redis-py error becomes ``BackendUnavailable`` (:mod:`rdq_redis.errors`): "nothing
@@ -156,7 +163,7 @@ from rdq_core.model import (
     utc_from_micros,
 )
 from rdq_core.spi import Storage
-from rdq_redis import codec, keys
+from rdq_redis import codec, keys, persistence
 from rdq_redis.connection import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, ClientSource
 from rdq_redis.errors import map_error
 from rdq_redis.keys import Bucket, Layout
@@ -221,6 +228,8 @@ class RedisStorage(Storage):
             connect_timeout=connect_timeout,
         )
         self._where = f"{self._source.where} namespace {self.layout.namespace!r}"
+        #: The server's persistence verdict, once read (see :meth:`capabilities`).
+        self._persistence: persistence.Persistence | None = None
 
     def __repr__(self) -> str:
         return f"RedisStorage({self._where})"
@@ -530,14 +539,33 @@ class RedisStorage(Storage):
     # ---- lifecycle ----
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            multi_process=True, max_payload_bytes=None, notify=False, clock=CLOCK_DESCRIPTION
-        )
+        """What this storage supports; ``durable`` from the server's persistence settings,
+        read once (:mod:`rdq_redis.persistence`: AOF with ``appendfsync always`` on every
+        master); while the server does not answer: not durable, and asked again next time."""
+        known = self._persistence
+        if known is None:
+            try:
+                known = self._run("capabilities", lambda client, scripts: persistence.read(client))
+            except BackendUnavailable as exc:
+                return _capabilities(False, f"unknown: the server did not answer ({exc})")
+            self._persistence = known
+        return _capabilities(known.durable, known.reason)
 
     def close(self) -> None:
         """Close this process's connections; idempotent. Later calls raise
         ``BackendUnavailable``."""
         self._source.close()
+
+
+def _capabilities(durable: bool, durability: str) -> Capabilities:
+    return Capabilities(
+        multi_process=True,
+        max_payload_bytes=None,
+        notify=False,
+        durable=durable,
+        durability=durability,
+        clock=CLOCK_DESCRIPTION,
+    )
 
 
 def _pairs(flat: list[Any]) -> list[tuple[str, bytes]]:

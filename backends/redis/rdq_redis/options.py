@@ -1,0 +1,123 @@
+"""The ``--rdq-option`` settings of the redis rungs, declared once (plugin half).
+
+Both kit-owned rungs parse them with the kit's shared parser
+(:mod:`rdq_compliance.provision.options`), so a bad value fails the same way whichever
+rung reads it, before anything is started:
+``--rdq-option redis_start_timeout='soon': expected a positive number (...)``.
+
+=========================  ==============================================================
+``redis_bin_dir``          folders (``os.pathsep``-separated) holding ``redis-server`` (and
+                           ``redis-cli``, for a cluster); searched *instead of* ``PATH``
+                           and the usual folders (empty: none) — local rung
+``redis_persistence``      what the server keeps on disk (:data:`PERSISTENCE_MODES`):
+                           ``aof`` (the default: AOF, ``appendfsync always``; durable),
+                           ``everysec`` (AOF, ``appendfsync everysec``), ``rdb`` (RDB
+                           snapshots on Redis's default schedule), ``none`` (nothing) —
+                           both rungs
+``redis_cluster``          start a Redis Cluster of this many masters (at least 3, no
+                           replicas) instead of one server (not set: one server) — local
+                           rung only
+``redis_start_timeout``    seconds to wait for the server (every node, and the cluster's
+                           ``cluster_state:ok``) to be ready (30) — both rungs
+``redis_image``            the container image (:data:`DEFAULT_IMAGE`) — container rung
+=========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from rdq_compliance.provision.options import OptionValues, Paths, RungOptions, option
+from rdq_core.errors import InvalidArgument
+
+__all__ = [
+    "CONTAINER_OPTIONS",
+    "DEFAULT_IMAGE",
+    "LOCAL_OPTIONS",
+    "MIN_CLUSTER_MASTERS",
+    "PERSISTENCE_FLAGS",
+    "PERSISTENCE_MODES",
+    "REDIS_BIN_DIR",
+    "REDIS_CLUSTER",
+    "REDIS_IMAGE",
+    "REDIS_PERSISTENCE",
+    "REDIS_START_TIMEOUT",
+    "cluster_size",
+    "persistence_mode",
+]
+
+#: The image of the container rung.
+DEFAULT_IMAGE = "redis:7-alpine"
+#: ``redis-cli --cluster create`` refuses fewer masters.
+MIN_CLUSTER_MASTERS = 3
+
+#: ``redis_persistence`` value -> the ``redis-server`` arguments it means.
+PERSISTENCE_FLAGS: dict[str, tuple[str, ...]] = {
+    "aof": ("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
+    "everysec": ("--appendonly", "yes", "--appendfsync", "everysec", "--save", ""),
+    "rdb": ("--appendonly", "no", "--save", "3600 1 300 100 60 10000"),
+    "none": ("--appendonly", "no", "--save", ""),
+}
+PERSISTENCE_MODES: tuple[str, ...] = tuple(PERSISTENCE_FLAGS)
+
+REDIS_BIN_DIR = option(
+    "redis_bin_dir",
+    Paths,
+    None,
+    "folders holding redis-server (and redis-cli for a cluster), searched instead of PATH "
+    "and the usual folders",
+)
+REDIS_PERSISTENCE = option(
+    "redis_persistence",
+    str,
+    "aof",
+    "what the server keeps: aof (appendfsync always; durable), everysec (AOF, appendfsync "
+    "everysec), rdb (snapshots), none",
+)
+REDIS_CLUSTER = option(
+    "redis_cluster",
+    int,
+    None,
+    "start a Redis Cluster of this many masters (at least 3) instead of one server",
+    positive=True,
+)
+REDIS_START_TIMEOUT = option(
+    "redis_start_timeout",
+    float,
+    30.0,
+    "seconds to wait for the server (and a cluster's cluster_state:ok)",
+    positive=True,
+)
+REDIS_IMAGE = option("redis_image", str, DEFAULT_IMAGE, "the container image")
+
+#: Rung 2, :mod:`rdq_redis.local`.
+LOCAL_OPTIONS = RungOptions(
+    "redis local binaries",
+    [REDIS_BIN_DIR, REDIS_PERSISTENCE, REDIS_CLUSTER, REDIS_START_TIMEOUT],
+)
+#: Rung 3, :mod:`rdq_redis.container` (it reads ``redis_cluster`` only to refuse it).
+CONTAINER_OPTIONS = RungOptions(
+    "redis container", [REDIS_IMAGE, REDIS_PERSISTENCE, REDIS_CLUSTER, REDIS_START_TIMEOUT]
+)
+
+
+def persistence_mode(values: OptionValues) -> str:
+    """``redis_persistence`` checked against :data:`PERSISTENCE_MODES`."""
+    mode = values[REDIS_PERSISTENCE].strip().lower()
+    if mode not in PERSISTENCE_FLAGS:
+        raise InvalidArgument(
+            f"--rdq-option redis_persistence={values[REDIS_PERSISTENCE]!r}: expected one of "
+            f"{', '.join(PERSISTENCE_MODES)} ({REDIS_PERSISTENCE.help}; default "
+            f"{REDIS_PERSISTENCE.show_default()})"
+        )
+    return mode
+
+
+def cluster_size(values: OptionValues) -> int | None:
+    """``redis_cluster`` (``None``: one server), at least :data:`MIN_CLUSTER_MASTERS`."""
+    size = values[REDIS_CLUSTER]
+    if size is not None and size < MIN_CLUSTER_MASTERS:
+        raise InvalidArgument(
+            f"--rdq-option redis_cluster={size}: expected at least {MIN_CLUSTER_MASTERS} "
+            f"masters (a Redis Cluster needs {MIN_CLUSTER_MASTERS}; {REDIS_CLUSTER.help}; "
+            f"default {REDIS_CLUSTER.show_default()})"
+        )
+    return size
