@@ -45,6 +45,7 @@ from rdq_compliance.provision.backend import (
 )
 from rdq_compliance.provision.containers import docker_unavailable_reason
 from rdq_compliance.provision.ports import port_open
+from rdq_compliance.suite.durability import run_durability_check
 from rdq_core.errors import BackendUnavailable, InvalidArgument, NotFound
 from rdq_core.model import NewTask
 
@@ -378,6 +379,29 @@ def test_the_local_server_is_declared_durable(server: LocalPostgresServer) -> No
         )
     finally:
         storage.close()
+        server.drop_namespace(namespace)
+
+
+def test_acknowledged_work_survives_a_kill_of_the_local_server(
+    server: LocalPostgresServer,
+) -> None:
+    """The conformance suite's durability check (rule durability, SPEC §5.13) on the
+    shared local server: SIGKILLed mid-load, restarted, nothing acknowledged lost."""
+    namespace = server.create_namespace()
+    opened: list[PostgresStorage] = []
+
+    def connect() -> PostgresStorage:
+        storage = PostgresStorage(server.dsn, namespace)
+        opened.append(storage)
+        return storage
+
+    try:
+        report = run_durability_check(server, connect)
+        assert report.ok, f"{report.message}\n({report.summary()})"
+        assert min(report.ledger.before_kill()) >= 100, report.summary()
+    finally:
+        for storage in opened:
+            storage.close()
         server.drop_namespace(namespace)
 
 
