@@ -59,6 +59,16 @@ WATCHDOG_SCRIPT = Path(__file__).with_name("_watchdog.py")
 _LAUNCH_TIMEOUT = 15.0
 #: psutil statuses of a process that is no longer running (exited, not yet reaped).
 _DEAD = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
+#: How long :meth:`ManagedProcess.pause` waits to see every process stopped.
+_PAUSE_TIMEOUT = 5.0
+
+
+def _is_stopped(pid: int) -> bool:
+    """Stopped by a signal, or gone (a process that died needs no stopping)."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, *_DEAD)
+    except psutil.NoSuchProcess:
+        return True
 
 
 def descendants(root: int) -> list[int]:
@@ -375,9 +385,11 @@ class ManagedProcess:
         answering until :meth:`resume`, while its sockets stay open (a client's connect
         succeeds, its requests wait). Returns the pids stopped.
 
-        The tree is listed and signalled again until no process is left running, so a
-        child forked meanwhile is stopped too. :meth:`kill` and :meth:`stop` work on a
-        paused server (the watchdog continues the tree after the stop signal).
+        The tree is listed and signalled again until a listing shows no process that was
+        not signalled, so a child forked meanwhile is stopped too; it returns once every
+        one of them is seen stopped (a signal is delivered asynchronously), or after
+        :data:`_PAUSE_TIMEOUT` seconds. :meth:`kill` and :meth:`stop` work on a paused
+        server (the watchdog continues the tree after the stop signal).
         """
         with self._lock:
             stopped: set[int] = set()
@@ -389,6 +401,9 @@ class ManagedProcess:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGSTOP)
                     stopped.add(pid)
+            deadline = time.monotonic() + _PAUSE_TIMEOUT
+            while time.monotonic() < deadline and not all(_is_stopped(p) for p in stopped):
+                time.sleep(0.002)
             self._paused = bool(stopped)
             return sorted(stopped)
 

@@ -1,27 +1,28 @@
 """Where the test server is (a clean module-level skip when it does not answer, a failure
-under ``CI=true``), a TCP proxy that loses replies on demand, a throwaway 3-master
-cluster on loopback, and a lifecycle that runs every script of the backend."""
+under ``CI=true``), a TCP proxy that loses replies on demand, a 3-master cluster on
+loopback (the backend's own local rung), and a lifecycle that runs every script of the
+backend."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import redis
+from rdq_redis.local import LocalRedisServer
+from rdq_redis.plugin import backend
 
+from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable
 from rdq_core.errors import IdConflict
 from rdq_core.model import ByIds, DlqFilter, ErrorInfo, NewTask, Outcome
 from rdq_core.spi import Storage
@@ -34,7 +35,7 @@ def server_dsn() -> str:
     return os.environ.get("RDQ_REDIS_DSN") or os.environ.get("RDQ_DSN") or DEFAULT_DSN
 
 
-def _unavailable(message: str) -> None:
+def _unavailable(message: str) -> NoReturn:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         # CI machines start the server before the run: its absence is a failure there.
         pytest.fail(message + " (CI is set: a missing server fails the run)", pytrace=False)
@@ -150,90 +151,42 @@ class ReplyLosingProxy:
             self._listener.close()
 
 
-# ---- a throwaway cluster --------------------------------------------------------------------
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+# ---- a cluster ------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def cluster(masters: int = 3) -> Iterator[str]:
     """The DSN of one node of a Redis Cluster: ``RDQ_REDIS_CLUSTER_DSN`` if set, else a
-    private one of ``masters`` masters started from the local binaries on loopback ports
-    in a temporary folder (children of this process, SIGKILLed if it dies), shut down
-    afterwards. Skips (fails under CI) when ``redis-server``/``redis-cli`` are missing."""
+    private one of ``masters`` masters started by the backend's own local rung
+    (``redis_cluster=N``: managed processes that die with the kit, data in a temporary
+    folder), closed afterwards. Skips (fails under CI) when the binaries are missing."""
     given = os.environ.get(CLUSTER_ENV)
     if given:
         yield given
         return
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if not server or not cli:
-        _unavailable("no redis-server/redis-cli on PATH to start a test cluster")
+    with local_cluster(masters) as server:
+        yield server.dsn
+
+
+@contextlib.contextmanager
+def local_cluster(masters: int = 3, **options: str) -> Iterator[LocalRedisServer]:
+    """A cluster of ``masters`` masters from the local rung (see :func:`cluster`)."""
     workdir = Path(tempfile.mkdtemp(prefix="rdq-redis-cluster-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    ports: list[int] = []
+    request = ProvisionRequest(
+        workdir=workdir, options={"redis_cluster": str(masters), **options}, allow_docker=False
+    )
     try:
-        for _ in range(masters):
-            port = free_port(bus=True)
-            ports.append(port)
-            procs.append(
-                subprocess.Popen(
-                    [
-                        *(server, "--port", str(port), "--bind", "127.0.0.1"),
-                        *("--cluster-enabled", "yes"),
-                        *("--cluster-config-file", f"nodes-{port}.conf"),
-                        *("--dir", str(workdir), "--save", "", "--appendonly", "no"),
-                        *("--logfile", str(workdir / f"{port}.log")),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent,
-                )
-            )
-        for port in ports:
-            _wait_ping(port)
-        subprocess.run(
-            [
-                *(cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)),
-                *("--cluster-replicas", "0", "--cluster-yes"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        for port in ports:
-            _wait_cluster_ok(port)
-        yield f"redis://127.0.0.1:{ports[0]}/0"
-    finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _wait_ping(port: int, timeout: float = 15.0) -> None:
-    end = time.monotonic() + timeout
-    while True:
         try:
-            redis.Redis(port=port, socket_timeout=1).ping()
-            return
-        except redis.RedisError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.05)
-
-
-def _wait_cluster_ok(port: int, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    node = redis.Redis(port=port, socket_timeout=1)
-    while b"cluster_state:ok" not in node.execute_command("CLUSTER", "INFO"):
-        if time.monotonic() > end:
-            raise TimeoutError(f"cluster node {port} never reached cluster_state:ok")
-        time.sleep(0.1)
+            server = backend.start_local_server(request)
+        except ProvisionUnavailable as exc:
+            _unavailable(f"no local Redis Cluster: {exc}")
+        assert isinstance(server, LocalRedisServer)
+        try:
+            yield server
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 # ---- every script, once ---------------------------------------------------------------------

@@ -2,30 +2,44 @@
 every master and never meets ``CROSSSLOT``; the cluster does refuse a script whose keys
 span slots (so it would catch one); a namespace is dropped on every master by SCAN, with
 no ``KEYS``/``FLUSH*``; cuts reach every master; ``NOSCRIPT`` after a flush everywhere is
-transparent. The cluster is ``RDQ_REDIS_CLUSTER_DSN`` or a private one started here."""
+transparent. The cluster is ``RDQ_REDIS_CLUSTER_DSN`` or one the backend's local rung
+(``redis_cluster=3``) starts here; the faults of that rung (kill, restart, pause of every
+node) are tested on a rung of their own."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
+import psutil
 import pytest
 import redis
-from _redis_support import cluster, lifecycle, with_query
+from _redis_support import CLUSTER_ENV, lifecycle, local_cluster, with_query
 from rdq_redis import keys
 from rdq_redis.connection import primaries
+from rdq_redis.local import LocalRedisServer
 from rdq_redis.plugin import RedisServer
 from rdq_redis.scripts import ScriptSource
 from rdq_redis.storage import RedisStorage
 from redis.cluster import RedisCluster
 
+from rdq_compliance.provision.backend import (
+    CUT_CONNECTIONS,
+    KILL_SERVER,
+    PAUSE_SERVER,
+    RESTART_SERVER,
+)
+from rdq_compliance.provision.ports import port_open
+from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
 
 
 @pytest.fixture(scope="module")
-def cluster_dsn() -> Iterator[str]:
-    with cluster(3) as dsn:
-        yield dsn
+def cluster_dsn(request: pytest.FixtureRequest) -> str:
+    """``RDQ_REDIS_CLUSTER_DSN``, else the local rung's cluster (see :func:`rung`)."""
+    return os.environ.get(CLUSTER_ENV) or request.getfixturevalue("rung").dsn
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +192,89 @@ def test_noscript_after_a_flush_on_every_master_is_transparent(cluster_dsn, clus
             lifecycle(storage, queue)
     finally:
         storage.close()
+
+
+# ---- the local rung's cluster and its faults ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rung() -> Iterator[LocalRedisServer]:
+    with local_cluster(3) as server:
+        yield server
+
+
+def test_the_rung_starts_a_cluster_of_three_masters_on_loopback(rung: LocalRedisServer) -> None:
+    assert rung.cluster and len(rung.nodes) == 3
+    assert rung.origin.startswith("local binary ") and "a cluster of 3 masters on 127.0.0.1:" in (
+        rung.origin
+    )
+    assert rung.faults == {KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS}
+    for node in rung.nodes:
+        client = node.client()
+        try:
+            info = client.cluster("INFO")
+            assert info["cluster_state"] == "ok" and int(info["cluster_size"]) == 3
+            config = client.config_get("appendonly", "appendfsync", "cluster-port")
+            assert (config["appendonly"], config["appendfsync"]) == ("yes", "always")
+            assert int(config["cluster-port"]) == node.bus_port
+        finally:
+            client.close()
+        assert (node.datadir / "nodes.conf").is_file()
+    namespace = rung.create_namespace()
+    storage = RedisStorage(rung.dsn, namespace)
+    try:
+        caps = storage.capabilities()
+        assert caps.durable and "on all 3 masters" in caps.durability
+    finally:
+        storage.close()
+        rung.drop_namespace(namespace)
+
+
+def test_kill_and_restart_apply_to_every_node_and_keep_every_queue(
+    rung: LocalRedisServer,
+) -> None:
+    namespace = rung.create_namespace()
+    storage = RedisStorage(rung.dsn, namespace)
+    client = RedisCluster.from_url(rung.dsn)
+    try:
+        queues = _queues_on_every_master(client, namespace, per_node=1)
+        client.close()
+        for queue in queues:
+            storage.enqueue(NewTask(f"{queue}-kept", queue, "h"))
+        pids = rung.pids()
+        assert len(pids) == 3
+        rung.kill()
+        assert rung.pids() == [] and not any(port_open(n.port) for n in rung.nodes)
+        with pytest.raises(BackendUnavailable):
+            storage.get(f"{queues[0]}-kept")
+        rung.restart()  # every node again on its port and data; cluster_state:ok again
+        assert len(rung.pids()) == 3
+        for queue in queues:
+            task = _retrying(lambda q=queue: storage.get(f"{q}-kept"))
+            assert task.queue == queue
+    finally:
+        storage.close()
+        rung.drop_namespace(namespace)
+
+
+def test_pause_stops_every_node_until_resume(rung: LocalRedisServer) -> None:
+    pids = rung.pids()
+    rung.pause()
+    try:
+        assert {psutil.Process(p).status() for p in pids} == {psutil.STATUS_STOPPED}
+    finally:
+        rung.resume()
+    assert psutil.STATUS_STOPPED not in {psutil.Process(p).status() for p in pids}
+    namespace = rung.create_namespace()  # it answers again
+    rung.drop_namespace(namespace)
+
+
+def _retrying(fn, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except BackendUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
