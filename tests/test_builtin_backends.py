@@ -5,7 +5,13 @@ Each run is its own pytest process, exactly as a user would start it
 (``pytest --pyargs rdq_compliance.suite --rdq-backend=NAME ...``), so it exercises
 entry-point discovery, provisioning and suite injection end to end. PostgreSQL runs
 twice: on the given server (``RDQ_POSTGRES_DSN``, default the local 127.0.0.1:5432),
-and on a private server the kit starts from the local binaries.
+and on a private server the kit starts from the local binaries. Redis runs three times,
+each with the whole kit (conformance, stateful ``ci`` profile, standard chaos campaign):
+on the given server (``RDQ_REDIS_DSN``, default the local 127.0.0.1:6379), on a private
+server from the local binaries (AOF, ``appendfsync always``: durable, so its chaos
+campaign kills and restarts it) and on a private 3-master Redis Cluster
+(``--rdq-option redis_cluster=3``). A Redis run whose server does not answer (or whose
+binaries are missing) is skipped with the reason — a failure under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ PG_DSN = (
     or "postgresql://postgres@127.0.0.1:5432/test"
 )
 
+REDIS_DSN = os.environ.get("RDQ_REDIS_DSN") or "redis://127.0.0.1:6379/0"
+REDIS_LOCAL = ["--rdq-backend=redis", "--rdq-no-docker"]
+REDIS_CLUSTER = [*REDIS_LOCAL, "--rdq-option=redis_cluster=3"]
+
 CONFORMANCE = ["-m", "not chaos and not stateful"]
 CHAOS = ["-m", "chaos"]
 STATEFUL = ["-m", "stateful"]
@@ -42,7 +52,64 @@ RUNS: dict[str, tuple[list[str], int | None]] = {
     "memory-stateful": (["--rdq-backend=memory", *STATEFUL], 1),
     "sqlite-stateful": (["--rdq-backend=sqlite", *STATEFUL], 1),
     "postgres-dsn-stateful": (["--rdq-backend=postgres", f"--rdq-dsn={PG_DSN}", *STATEFUL], 1),
+    # Redis: the whole kit on a given server, on the local rung and on a local cluster.
+    "redis-dsn": (["--rdq-backend=redis", f"--rdq-dsn={REDIS_DSN}", *CONFORMANCE], None),
+    "redis-dsn-stateful": (["--rdq-backend=redis", f"--rdq-dsn={REDIS_DSN}", *STATEFUL], 1),
+    "redis-dsn-chaos": (["--rdq-backend=redis", f"--rdq-dsn={REDIS_DSN}", *CHAOS], 1),
+    "redis-local": ([*REDIS_LOCAL, *CONFORMANCE], None),
+    "redis-local-stateful": ([*REDIS_LOCAL, *STATEFUL], 1),
+    "redis-local-chaos": ([*REDIS_LOCAL, *CHAOS], 1),
+    "redis-cluster": ([*REDIS_CLUSTER, *CONFORMANCE], None),
+    "redis-cluster-stateful": ([*REDIS_CLUSTER, *STATEFUL], 1),
+    "redis-cluster-chaos": ([*REDIS_CLUSTER, *CHAOS], 1),
 }
+
+
+def _redis_answers() -> str | None:
+    """Why the given Redis server cannot serve the run, or ``None``."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_DSN, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"no Redis server answers at RDQ_REDIS_DSN / default {REDIS_DSN!r}: {exc}"
+    finally:
+        client.close()
+    return None
+
+
+def _redis_binaries(cluster: bool) -> str | None:
+    """Why the local rung cannot start a server (or a cluster) here, or ``None``."""
+    from rdq_redis.local import find_redis
+
+    from rdq_compliance.provision.backend import ProvisionUnavailable
+
+    try:
+        find_redis(None, cluster=cluster)
+    except ProvisionUnavailable as exc:
+        return str(exc)
+    return None
+
+
+#: run id prefix -> why that run cannot happen here (None: it can)
+PRECONDITIONS = {
+    "redis-dsn": _redis_answers,
+    "redis-local": lambda: _redis_binaries(cluster=False),
+    "redis-cluster": lambda: _redis_binaries(cluster=True),
+}
+
+
+def _precondition(run: str) -> None:
+    """Skip a run whose server is not there, with the reason; fail under ``CI=true``."""
+    for prefix, check in PRECONDITIONS.items():
+        if run == prefix or run.startswith(prefix + "-"):
+            reason = check()
+            if reason is None:
+                return
+            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+                pytest.fail(f"{run}: {reason} (CI is set: a missing server fails the run)")
+            pytest.skip(f"{run}: {reason}")
 
 
 def _suite_size() -> int:
@@ -56,6 +123,7 @@ def _suite_size() -> int:
 
 @pytest.mark.parametrize("run", list(RUNS))
 def test_conformance_suite_passes(run: str, tmp_path: Path) -> None:
+    _precondition(run)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
     proc = subprocess.run(
         [

@@ -13,6 +13,7 @@ from rdq_redis.storage import CLOCK_DESCRIPTION, RedisStorage
 STORAGE_HALF = [
     "rdq_redis", "rdq_redis.storage", "rdq_redis.admin", "rdq_redis.keys",
     "rdq_redis.scripts", "rdq_redis.codec", "rdq_redis.connection", "rdq_redis.errors",
+    "rdq_redis.persistence",
 ]  # fmt: skip
 
 
@@ -43,3 +44,6 @@ def test_capabilities_are_honest():
     assert caps.max_payload_bytes is None  # the server's limit (512 MB) is above the kit's
     assert caps.notify is False
     assert caps.clock == CLOCK_DESCRIPTION and "redis TIME" in caps.clock
+    # durability is read from the server; one that does not answer promises nothing
+    assert caps.durable is False
+    assert caps.durability.startswith("unknown: the server did not answer (")
