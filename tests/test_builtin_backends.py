@@ -10,8 +10,9 @@ each with the whole kit (conformance, stateful ``ci`` profile, standard chaos ca
 on the given server (``RDQ_REDIS_DSN``, default the local 127.0.0.1:6379), on a private
 server from the local binaries (AOF, ``appendfsync always``: durable, so its chaos
 campaign kills and restarts it) and on a private 3-master Redis Cluster
-(``--rdq-option redis_cluster=3``). A Redis run whose server does not answer (or whose
-binaries are missing) is skipped with the reason — a failure under ``CI=true``.
+(``--rdq-option redis_cluster=3``). A PostgreSQL or Redis run whose server does not
+answer (or whose binaries are missing) is skipped with the reason — a failure under
+``CI=true``.
 """
 
 from __future__ import annotations
@@ -92,8 +93,34 @@ def _redis_binaries(cluster: bool) -> str | None:
     return None
 
 
+def _postgres_answers() -> str | None:
+    """Why the given PostgreSQL server cannot serve the run, or ``None``."""
+    import psycopg
+
+    try:
+        psycopg.connect(PG_DSN, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"no PostgreSQL answers at RDQ_POSTGRES_DSN / default {PG_DSN!r}: {exc}"
+    return None
+
+
+def _postgres_binaries() -> str | None:
+    """Why the local rung cannot start a PostgreSQL server here, or ``None``."""
+    from rdq_postgres.local import find_postgres
+
+    from rdq_compliance.provision.backend import ProvisionUnavailable
+
+    try:
+        find_postgres({})
+    except ProvisionUnavailable as exc:
+        return str(exc)
+    return None
+
+
 #: run id prefix -> why that run cannot happen here (None: it can)
 PRECONDITIONS = {
+    "postgres-dsn": _postgres_answers,
+    "postgres-local": _postgres_binaries,
     "redis-dsn": _redis_answers,
     "redis-local": lambda: _redis_binaries(cluster=False),
     "redis-cluster": lambda: _redis_binaries(cluster=True),

@@ -3,7 +3,8 @@
 Real worker processes run the reference worker loop against the backend while a
 seeded nemesis SIGKILLs them at four chosen points and at random, SIGSTOPs them past
 their lease, kills and restarts the server and cuts connections (where the
-provisioned server supports it), and redrives the DLQ. After the drain the checker
+provisioned server supports it; the server only where the backend also declares
+itself ``durable``), and redrives the DLQ. After the drain the checker
 reads every journal and the backend's final state and proves or refutes: the one
 rule, no lost task, reclaim only after expiry, a LEASE_EXPIRED attempt per lost
 claim, invariant H, no execution unaccounted for, fencing.

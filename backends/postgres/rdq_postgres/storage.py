@@ -372,14 +372,15 @@ class PostgresStorage(Storage):
 
     def capabilities(self) -> Capabilities:
         """What this storage supports; ``durable`` from the server's settings (read once,
-        see the module docstring; while the server does not answer, not durable, and
-        asked again next time)."""
+        see the module docstring; while they cannot be read — the server does not answer,
+        the namespace does not exist — not durable, and asked again next time). Never
+        raises."""
         durable = self._durability
         if durable is None:
             try:
                 durable = self._run("capabilities", _read_durability)
-            except BackendUnavailable as exc:
-                return _capabilities(False, f"unknown: the server did not answer ({exc})")
+            except RdqError as exc:  # down, or the namespace is not there (yet)
+                return _capabilities(False, f"unknown: the settings could not be read ({exc})")
             self._durability = durable
         return _capabilities(*durable)
 

@@ -541,13 +541,14 @@ class RedisStorage(Storage):
     def capabilities(self) -> Capabilities:
         """What this storage supports; ``durable`` from the server's persistence settings,
         read once (:mod:`rdq_redis.persistence`: AOF with ``appendfsync always`` on every
-        master); while the server does not answer: not durable, and asked again next time."""
+        master); while they cannot be read (the server does not answer, the storage is
+        closed): not durable, and asked again next time. Never raises."""
         known = self._persistence
         if known is None:
             try:
                 known = self._run("capabilities", lambda client, scripts: persistence.read(client))
-            except BackendUnavailable as exc:
-                return _capabilities(False, f"unknown: the server did not answer ({exc})")
+            except RdqError as exc:  # down, or closed
+                return _capabilities(False, f"unknown: the settings could not be read ({exc})")
             self._persistence = known
         return _capabilities(known.durable, known.reason)
 

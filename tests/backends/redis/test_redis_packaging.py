@@ -46,4 +46,4 @@ def test_capabilities_are_honest():
     assert caps.clock == CLOCK_DESCRIPTION and "redis TIME" in caps.clock
     # durability is read from the server; one that does not answer promises nothing
     assert caps.durable is False
-    assert caps.durability.startswith("unknown: the server did not answer (")
+    assert caps.durability.startswith("unknown: the settings could not be read (")
