@@ -263,10 +263,11 @@ class Capabilities:
     multi_process: bool = True
     max_payload_bytes: int | None = None
     notify: bool = False
-    durable: bool = False
-    durability: str = "not declared"
     clock: str = "storage"
     extra: frozenset[str] = frozenset()
+    # (added last, so that positional construction by existing backends keeps working)
+    durable: bool = False
+    durability: str = "not declared"
 
     def has(self, name: str) -> bool:
         value = getattr(self, name, None)
