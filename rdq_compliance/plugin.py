@@ -190,13 +190,26 @@ def pytest_make_collect_report(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[object]:
-    """In the kit's suites, a ``NotFound`` nobody expected means the backend lost a task the
-    test made (a task is never deleted but by purge, which the test would expect): report
-    it as rule ``no-loss``, naming the task, instead of as a bare driver-level error."""
+    """In the kit's suites, an SPI error that escapes a test is reported under a rule when it
+    names one: an error whose ``rule`` is a known rule id (the backend knows the failure is a
+    contract bug, e.g. a Redis script touching an undeclared key: ``cluster-keys``) under
+    that rule, its message kept; a ``NotFound`` nobody expected means the backend lost a
+    task the test made (a task is never deleted but by purge, which the test would expect):
+    rule ``no-loss``, naming the task, instead of a bare driver-level error."""
     try:
         return (yield)
-    except NotFound as exc:
+    except RdqError as exc:
         if SUITE_DIR.resolve() not in Path(str(pyfuncitem.path)).resolve().parents:
+            raise
+        if exc.rule in rules.RULES:
+            raise AssertionError(
+                rules.message(
+                    exc.rule,
+                    f"{type(exc).__name__} escaped {pyfuncitem.name}, and the backend says it "
+                    f"breaks this rule: {exc}",
+                )
+            ) from exc
+        if not isinstance(exc, NotFound):
             raise
         raise AssertionError(
             rules.message(

@@ -41,6 +41,10 @@ RULES: dict[str, str] = {
     "drain-complete": "after the drain every enqueued task is SUCCEEDED or DEAD (SPEC §3)",
     "drain-timeout": "the run drains: no task still PENDING/IN_FLIGHT at the drain deadline (§3)",
     "durability": "acknowledged work survives a kill and restart of the server (SPEC §5.13)",
+    "cluster-keys": (
+        "a server-side script or transaction touches only keys it declared, all in one "
+        "cluster slot (SPEC §5.12)"
+    ),
 }
 
 

@@ -8,7 +8,29 @@ from __future__ import annotations
 
 
 class RdqError(Exception):
-    """Base of every error the SPI raises."""
+    """Base of every error the SPI raises.
+
+    ``rule`` optionally names the kit's rule (an id of ``rdq_compliance.rules``) that the
+    error itself shows broken: a backend that can tell the failure is a contract bug, not
+    bad luck (say a Redis script refused for touching a key it did not declare: rule
+    ``cluster-keys``), says so, and the kit reports the failure under that rule. ``None``
+    (the default) for every ordinary error.
+    """
+
+    rule: str | None = None
+
+    def __init__(self, *args: object, rule: str | None = None) -> None:
+        super().__init__(*args)
+        if rule is not None:
+            self.rule = rule
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keeps ``rule`` across pickling (worker processes report errors to the kit).
+        return (_rebuild, (type(self), self.args, self.rule))
+
+
+def _rebuild(cls: type[RdqError], args: tuple[object, ...], rule: str | None) -> RdqError:
+    return cls(*args, rule=rule)
 
 
 class StaleClaim(RdqError):

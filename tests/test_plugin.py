@@ -275,3 +275,42 @@ def test_known_names_are_the_capability_flags_and_the_declared_faults() -> None:
     assert requirements.unknown("rdq_requires", ("clock",)) is not None  # not a flag
     assert requirements.unknown("rdq_requires", (1,)) is not None
     assert requirements.unknown("skipif", ("anything",)) is None
+
+
+_REFUSING = """
+from rdq_core.errors import BackendUnavailable
+from rdq_core.memory import MemoryStore
+from rdq_memory.plugin import MemoryBackend
+
+
+class Refusing(MemoryStore):
+    def _enqueue(self, task):
+        raise BackendUnavailable(f"enqueue of task {{task.id!r}}: refused", rule={rule!r})
+
+
+backend = MemoryBackend(Refusing, "refusing")
+"""
+
+
+@pytest.mark.parametrize("rule", ["cluster-keys", "no-such-rule"])
+def test_an_spi_error_naming_a_rule_is_reported_under_it(
+    pytester: pytest.Pytester, rule: str
+) -> None:
+    """An SPI error that escapes a suite test and names a known rule (``RdqError.rule``) is
+    reported as that rule's failure, its message kept; a name the kit does not know leaves
+    the error as it was (never a made-up rule)."""
+    pytester.makepyfile(refusing=_REFUSING.format(rule=rule))
+    pytester.syspathinsert()
+    result = pytester.runpytest_inprocess(
+        "--rdq-backend=refusing:backend", "-k", "test_payload_bytes_round_trip", "--tb=short"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    if rule == "cluster-keys":
+        result.stdout.fnmatch_lines(
+            ["*AssertionError: [[]cluster-keys[]] *BackendUnavailable escaped*"
+             "enqueue of task 'payload': refused*"]
+        )  # fmt: skip
+    else:
+        assert "[no-such-rule]" not in out
+        result.stdout.fnmatch_lines(["*BackendUnavailable: enqueue of task 'payload': refused*"])

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -43,7 +44,7 @@ from redis.retry import Retry
 
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 from rdq_redis.errors import map_error, mask_dsn
-from rdq_redis.scripts import Scripts
+from rdq_redis.scripts import Scripts, ScriptSource
 
 #: Seconds to wait for a TCP connection.
 CONNECT_TIMEOUT_S = 5.0
@@ -171,8 +172,10 @@ class ClientSource:
         *,
         socket_timeout: float = SOCKET_TIMEOUT_S,
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        sources: Mapping[str, ScriptSource] | None = None,
     ) -> None:
         self.target = parse_dsn(dsn)
+        self._sources = sources
         self.client_name = client_name
         self.where = f"redis {self.target.masked!r}"
         self._socket_timeout = socket_timeout
@@ -202,7 +205,9 @@ class ClientSource:
                     )
                 except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
                     raise map_error(exc, "connect", self.where) from exc
-                self._scripts = Scripts(client, check_keys=self.target.check_keys)
+                self._scripts = Scripts(
+                    client, check_keys=self.target.check_keys, sources=self._sources
+                )
                 self._client = client
             return self._client, self._scripts
 

@@ -14,7 +14,10 @@ No redis-py exception leaves rdq_redis. Everything it raises becomes
 
 ``NOSCRIPT`` never reaches this module (redis-py reloads the script and runs it again;
 the script had not run). ``MOVED``/``ASK`` are followed by redis-py's cluster client.
-A ``CROSSSLOT`` or a Lua error would be a bug in rdq_redis: said so in the message.
+A ``CROSSSLOT`` or a Lua error would be a bug in rdq_redis: said so in the message. A
+script refused for reaching a key of another slot, or a key it did not declare (Redis
+Cluster, or the ``rdq_check_keys`` guard anywhere), is moreover marked with the kit's rule
+``cluster-keys`` (``RdqError.rule``, SPEC §5.12), so the kit reports it under that rule.
 """
 
 from __future__ import annotations
@@ -60,6 +63,29 @@ def is_connect_failure(exc: BaseException) -> bool:
     return "connecting to" in text or "Timeout connecting" in text
 
 
+#: The kit's rule id a script that touches an undeclared or foreign-slot key breaks
+#: (SPEC §5.12); carried by the error as ``RdqError.rule``.
+CLUSTER_KEYS_RULE = "cluster-keys"
+#: What Redis (7.0+, new-style scripts) and redis-py say when a call or a script reaches
+#: keys of several slots, or a key this node does not serve; and what the scripts'
+#: undeclared-key guard (``rdq_check_keys``, :mod:`rdq_redis.scripts`) says.
+_UNDECLARED_KEY_SIGNS = (
+    "CROSSSLOT",
+    "do not hash to the same slot",
+    "non local key",
+    "must map to the same key slot",
+    "rdq check_keys:",
+)
+
+
+def is_undeclared_key_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a refusal of keys outside one slot (or outside ``KEYS``)."""
+    if isinstance(exc, rx.ClusterCrossSlotError):
+        return True
+    text = str(exc)
+    return any(sign in text for sign in _UNDECLARED_KEY_SIGNS)
+
+
 def map_error(exc: BaseException, action: str, where: str) -> RdqError:
     """The SPI error for ``exc``, raised while doing ``action`` on ``where``."""
     if isinstance(exc, RdqError):
@@ -101,12 +127,13 @@ def map_error(exc: BaseException, action: str, where: str) -> RdqError:
         return BackendUnavailable(
             f"{action}: the cluster at {where} is not serving the slot ({detail}); {NOTHING}"
         )
-    if isinstance(exc, rx.ClusterCrossSlotError) or "CROSSSLOT" in str(exc) or (
-        "do not hash to the same slot" in str(exc)
-    ):
+    if is_undeclared_key_error(exc):
         return BackendUnavailable(
-            f"{action}: {where} refused keys of several slots ({detail}); this is a bug in "
-            f"rdq_redis (every script's keys share one hash tag); {NOTHING}"
+            f"{action}: {where} refused a key of another slot, or one the script did not "
+            f"declare ({detail}); this is a bug in rdq_redis (every script's keys are "
+            "declared in KEYS and share one hash tag); a script stops at that key and keeps "
+            f"what it wrote before it (Redis does not roll a script back); {UNKNOWN}",
+            rule=CLUSTER_KEYS_RULE,
         )
     if isinstance(exc, rx.ResponseError):
         text = str(exc)

@@ -47,6 +47,7 @@ Encodings (see :mod:`rdq_redis.codec` for the Python side):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -498,10 +499,12 @@ class ScriptSource:
     body: str
     readonly: bool = False
 
+    prelude: str = _PRELUDE
+
     def source(self, *, check_keys: bool = False) -> str:
         shebang = "#!lua flags=no-writes" if self.readonly else "#!lua"
         guard = _CHECK_KEYS if check_keys else ""
-        return f"{shebang}\n{guard}{_PRELUDE}{self.body}"
+        return f"{shebang}\n{guard}{self.prelude}{self.body}"
 
 
 #: Every script, by name.
@@ -528,13 +531,23 @@ SOURCES: dict[str, ScriptSource] = {
 
 
 class Scripts:
-    """The scripts registered on one client (``EVALSHA``, reloaded on ``NOSCRIPT``)."""
+    """The scripts registered on one client (``EVALSHA``, reloaded on ``NOSCRIPT``).
 
-    def __init__(self, client: Any, *, check_keys: bool = False) -> None:
+    ``sources`` is the script set (default :data:`SOURCES`); the kit's own proof runs
+    deliberately broken script variants through the real storage by passing another one.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        check_keys: bool = False,
+        sources: Mapping[str, ScriptSource] | None = None,
+    ) -> None:
         self.check_keys = check_keys
         self._registered = {
             name: client.register_script(src.source(check_keys=check_keys))
-            for name, src in SOURCES.items()
+            for name, src in (SOURCES if sources is None else sources).items()
         }
 
     def run(self, name: str, keys: list[str], args: list[Any]) -> Any:

@@ -139,7 +139,7 @@ is handled by reloading (the script had not run); ``MOVED``/``ASK`` by the clust
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -167,7 +167,7 @@ from rdq_redis import codec, keys, persistence
 from rdq_redis.connection import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, ClientSource
 from rdq_redis.errors import map_error
 from rdq_redis.keys import Bucket, Layout
-from rdq_redis.scripts import Scripts
+from rdq_redis.scripts import Scripts, ScriptSource
 
 T = TypeVar("T")
 
@@ -208,7 +208,9 @@ class RedisStorage(Storage):
     ``dsn`` (see :mod:`rdq_redis.connection` for the DSN's options).
 
     Nothing is opened until the first call in a process. A namespace needs no set-up:
-    its keys appear as tasks are enqueued.
+    its keys appear as tasks are enqueued. ``scripts`` replaces the script set
+    (:data:`rdq_redis.scripts.SOURCES`, the default): a test aid, with which the kit's own
+    tests run deliberately broken scripts through this very storage.
     """
 
     def __init__(
@@ -219,6 +221,7 @@ class RedisStorage(Storage):
         client_name: str | None = None,
         socket_timeout: float = SOCKET_TIMEOUT_S,
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        scripts: Mapping[str, ScriptSource] | None = None,
     ) -> None:
         self.layout = Layout(namespace)
         self._source = ClientSource(
@@ -226,6 +229,7 @@ class RedisStorage(Storage):
             client_name or keys.client_name(self.layout.namespace),
             socket_timeout=socket_timeout,
             connect_timeout=connect_timeout,
+            sources=scripts,
         )
         self._where = f"{self._source.where} namespace {self.layout.namespace!r}"
         #: The server's persistence verdict, once read (see :meth:`capabilities`).
@@ -244,18 +248,23 @@ class RedisStorage(Storage):
 
     # ---- running scripts ----
 
-    def _run(self, action: str, fn: Callable[[Client, Scripts], T]) -> T:
-        """Run ``fn(client, scripts)``; map every driver error to an SPI error."""
+    def _run(
+        self, action: str, fn: Callable[[Client, Scripts], T], subject: str | None = None
+    ) -> T:
+        """Run ``fn(client, scripts)``; map every driver error to an SPI error, whose
+        message names ``subject`` (the task id the call is about) when given."""
         try:
             client, scripts = self._source.get()
             return fn(client, scripts)
         except RdqError:
             raise
         except (rx.RedisError, rx.RedisClusterException) as exc:
-            raise map_error(exc, action, self._where) from exc
+            what = action if subject is None else f"{action} of task {subject!r}"
+            raise map_error(exc, what, self._where) from exc
         except codec.CorruptRecord as exc:
+            what = action if subject is None else f"{action} of task {subject!r}"
             raise BackendUnavailable(
-                f"{action}: {self._where} holds a record rdq_redis cannot read ({exc}): were "
+                f"{what}: {self._where} holds a record rdq_redis cannot read ({exc}): were "
                 "the namespace's keys written by something else?"
             ) from exc
 
@@ -307,7 +316,7 @@ class RedisStorage(Storage):
                 "concurrent enqueues of the same id; nothing was stored; retry"
             )
 
-        return self._run("enqueue", run)
+        return self._run("enqueue", run, task.id)
 
     def _revoke(self, scripts: Scripts, queue: str, task_id: str, nonce: str) -> bool:
         """Whether the task exists in ``queue``'s bucket; if not, revoke ``nonce`` there."""
@@ -338,7 +347,7 @@ class RedisStorage(Storage):
                 raise _stale(task_id, token, reply[1])
             return utc_from_micros(int(reply[1]))
 
-        return self._run("extend_lease", run)
+        return self._run("extend_lease", run, task_id)
 
     def _finish(
         self, action: str, task_id: str, token: str, keys_: list[str], args: list[Any]
@@ -348,7 +357,7 @@ class RedisStorage(Storage):
             if int(reply[0]) != 1:
                 raise _stale(task_id, token, reply[1])
 
-        self._run(action, run)
+        self._run(action, run, task_id)
 
     def _complete(self, task_id: str, token: str) -> None:
         b = self.layout.of_token(token)
@@ -392,7 +401,7 @@ class RedisStorage(Storage):
                     return codec.decode_task(task_id, row[0], row[1], row[2], row[3])
             raise NotFound(f"no task with id {task_id!r}")
 
-        return self._run("get", run)
+        return self._run("get", run, task_id)
 
     def _stats(self, queue: str) -> QueueStats:
         b = self.layout.of_queue(queue)

@@ -19,11 +19,13 @@ import redis
 from _redis_support import CLUSTER_ENV, lifecycle, local_cluster, with_query
 from rdq_redis import keys
 from rdq_redis.connection import primaries
+from rdq_redis.errors import map_error
 from rdq_redis.local import LocalRedisServer
 from rdq_redis.plugin import RedisServer
 from rdq_redis.scripts import ScriptSource
 from rdq_redis.storage import RedisStorage
 from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
@@ -133,8 +135,16 @@ def test_the_cluster_refuses_a_script_whose_keys_span_slots(client, cluster_ns):
     )
     rogue = ScriptSource("rogue", f"redis.call('GET', KEYS[1]); return redis.call('GET', '{b}')")
     script = client.register_script(rogue.source())
-    with pytest.raises(redis.RedisError, match=r"same slot|CROSSSLOT"):
+    with pytest.raises(redis.RedisError, match=r"same slot|CROSSSLOT") as refused:
         script(keys=[a], args=[])
+    # ... and the storage reports that refusal as the rule it breaks (SPEC §5.12)
+    mapped = map_error(refused.value, "rogue", "the cluster")
+    assert isinstance(mapped, BackendUnavailable) and mapped.rule == "cluster-keys", mapped
+    other_node = ResponseError(
+        "Script attempted to access a non local key in a cluster node script: 0, on @user_script:1."
+    )
+    assert map_error(other_node, "rogue", "the cluster").rule == "cluster-keys"
+    assert map_error(ResponseError("ERR something else"), "rogue", "the cluster").rule is None
 
 
 def test_drop_namespace_leaves_no_key_on_any_master_and_never_uses_keys_or_flush(
