@@ -1,0 +1,308 @@
+"""The kit fails every broken Redis variant, naming the rule (issue 10, item 4).
+
+For each variant of :mod:`rdq_broken_redis` the conformance suite is run against it in a
+pytest subprocess, as a backend author would run it (``pytest
+--rdq-backend=rdq_broken_redis:<variant> -k ... --junitxml ...``), and the JUnit report is
+read back. The check, as for the in-memory broken backends
+(``tests/test_kit_catches_bug_classes.py``):
+
+(a) the run fails, and the variant's broken code path ran (it recorded victims);
+(b) each test that exists to catch the class fails;
+(c) every failure of it names the rule (``[rule-id]``), and one names a task the bug hit
+    (a victim) — and, for a double claim, the two workers holding it.
+
+Each run is narrowed with ``-k`` to the catching tests (a second or two each); the control
+(the same plumbing, nothing changed) runs the whole conformance suite and must pass, so a
+variant's failure is its one change.
+
+**Where each runs.** On the test server (``RDQ_REDIS_DSN``, default 127.0.0.1:6379),
+except the undeclared-key variant: Redis refuses a key outside the script's slot only on a
+cluster, so it runs on the local 3-master cluster (``--rdq-option redis_cluster=3``, the
+backend's own local rung); on a single server it passes the same tests (shown below), and
+the scripts' undeclared-key guard (``rdq_check_keys=1``) catches it there too.
+
+**Not caught yet**: the client-clock variant (``now`` sent in ``ARGV``). On one host the
+client's clock is the server's, so nothing the kit does today tells them apart; it needs
+the clock-skew fault (issue 14). It is a strict xfail: once the kit catches it, the xfail
+fails, and this note must go.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import rdq_broken_redis as broken
+from _redis_support import with_query
+
+from rdq_compliance.rules import RULES
+
+HERE = Path(__file__).resolve().parent
+CONFORMANCE = "not chaos and not stateful"
+#: A whole run (one subprocess) may take at most this long.
+RUN_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Case:
+    """A variant, the class it stands for, and what must catch it.
+
+    ``catchers``: ``module.py::test_name`` (every parametrization counts; at least one
+    must fail, every failing one must name the rule) or ``module.py::test_name[param]``
+    (that one must fail) → the rule id. ``where``: ``server``, ``cluster`` or ``guard``
+    (the server with the undeclared-key guard). ``workers``: a failure must also name two
+    workers holding the victim."""
+
+    variant: str
+    bug_class: str
+    catchers: dict[str, str]
+    where: str = "server"
+    workers: bool = False
+    also: tuple[str, ...] = field(default=())
+
+    @property
+    def keyword(self) -> str:
+        """``-k`` for the catching test functions (and ``also``); names are unique in the
+        suite."""
+        names = {k.split("::", 1)[1].split("[", 1)[0] for k in self.catchers}
+        return " or ".join(sorted(names | set(self.also)))
+
+    def __str__(self) -> str:
+        return f"{self.variant}-{self.where}"
+
+
+_CLUSTER_KEYS = {
+    "test_enqueue.py::test_payload_bytes_round_trip": "cluster-keys",
+    "test_claim.py::test_claims_come_out_oldest_due_first": "cluster-keys",
+}
+
+UNDECLARED = Case(
+    "undeclared_key_enqueue",
+    "§5.12 a script touches a key not in KEYS (the id index, in ARGV): refused on a cluster",
+    _CLUSTER_KEYS,
+    where="cluster",
+)
+
+CASES = [
+    Case(
+        "split_claim",
+        "§5.1 claim in two round trips (pick, then take without re-checking): two workers "
+        "get one task",
+        {"test_exclusive.py::test_threads_never_share_a_claim": "one-claim"},
+        workers=True,
+    ),
+    UNDECLARED,
+    Case(
+        "undeclared_key_enqueue",
+        "§5.12 the same, on one server with the undeclared-key guard (rdq_check_keys=1)",
+        _CLUSTER_KEYS,
+        where="guard",
+    ),
+    Case(
+        "outcome_ignores_token",
+        "§5.3 outcome scripts check the task id and status, not the token",
+        {
+            f"test_lease.py::test_stale_token_is_refused_and_changes_nothing[{m}-reclaimed]": (
+                "fencing"
+            )
+            for m in ("complete", "reschedule", "dead_letter")
+        },
+    ),
+    Case(
+        "reclaim_without_lease_expired",
+        "§2/invariant H a reclaim re-scores the lease without recording LEASE_EXPIRED",
+        {
+            "test_lease.py::test_expired_lease_is_reclaimed_with_a_lease_expired_attempt": (
+                "reclaim-expired"
+            ),
+            "test_history.py::test_lease_expiries_are_numbered_in_sequence": "history-numbering",
+            "test_history.py::test_reclaim_after_redrive_numbers_from_history": (
+                "history-numbering"
+            ),
+        },
+    ),
+]
+
+CLIENT_CLOCK = Case(
+    "client_clock",
+    "§5.11 every script takes now from an ARGV the client sends",
+    {"test_claim.py::test_claim_stamps_the_lease_from_the_storage_clock": "storage-clock"},
+    also=(
+        "test_extend_lease_sets_expiry_to_storage_now_plus_lease",
+        "test_live_lease_is_not_reclaimed_before_it_expires",
+        "test_expired_lease_is_reclaimed_with_a_lease_expired_attempt",
+        "test_future_task_is_not_claimed",
+    ),
+)
+CLIENT_CLOCK_NOT_CAUGHT = (
+    "the client's clock is the server's on one host: only the clock-skew fault (issue 14) "
+    "can tell a script that takes now from ARGV from one that calls TIME"
+)
+
+
+# ---- running the suite in a subprocess ---------------------------------------------------
+
+
+@dataclass
+class SuiteRun:
+    ret: int
+    passed: list[str]
+    failed: dict[str, str]  # module.py::test[params] -> failure text
+    victims: list[str]
+    output: str
+
+    def describe(self) -> str:
+        listed = "\n".join(f"  {k}" for k in sorted(self.failed)) or "  (none)"
+        return f"exit code {self.ret}, {len(self.passed)} passed, failed:\n{listed}"
+
+
+def _read_junit(path: Path) -> tuple[list[str], dict[str, str]]:
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        key = f"{case.get('classname', '').rpartition('.')[2]}.py::{case.get('name')}"
+        problems = [el for el in case if el.tag in ("failure", "error")]
+        if problems:
+            failed[key] = "\n".join(f"{el.get('message', '')}\n{el.text or ''}" for el in problems)
+        elif not any(el.tag == "skipped" for el in case):
+            passed.append(key)
+    return passed, failed
+
+
+def run_suite(tmp_path: Path, variant: str, where: str, dsn: str, select: list[str]) -> SuiteRun:
+    """``pytest --rdq-backend=rdq_broken_redis:<variant> <select>`` in ``tmp_path``, as a
+    backend author runs the kit (the plugin adds its suite, node ids
+    ``rdq_compliance/suite/<module>.py::...``)."""
+    victims, junit = tmp_path / "victims.txt", tmp_path / "junit.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RDQ_", "PYTEST_XDIST_"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
+    env[broken.VICTIMS_ENV] = str(victims)
+    if where == "cluster":
+        server = ["--rdq-option", "redis_cluster=3", "--rdq-option", "redis_persistence=none"]
+    else:
+        server = [f"--rdq-dsn={with_query(dsn, 'rdq_check_keys=1') if where == 'guard' else dsn}"]
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=short",
+        "--rdq-require-backend", "--rdq-no-docker", f"--rdq-backend=rdq_broken_redis:{variant}",
+        *server, *select, f"--junitxml={junit}",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    output = proc.stdout + proc.stderr
+    assert junit.exists(), f"the suite run wrote no JUnit report:\n{output[-4000:]}"
+    passed, failed = _read_junit(junit)
+    recorded = victims.read_text().splitlines() if victims.exists() else []
+    named = [line.split("\t", 1)[1] for line in recorded if line.startswith(f"{variant}\t")]
+    return SuiteRun(proc.returncode, passed, failed, list(dict.fromkeys(named)), output)
+
+
+def _names(text: str, task_ids: list[str]) -> list[str]:
+    return [t for t in task_ids if re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", text)]
+
+
+def _holders(text: str, task_id: str) -> set[str]:
+    """The workers a one-claim report lists as holding ``task_id``."""
+    found = re.search(rf"task '{re.escape(task_id)}' was claimed \d+ times: ([^;]*)", text)
+    return set(re.findall(r"\bthread-\d+\b", found[1])) if found else set()
+
+
+class NotCaught(AssertionError):
+    """The kit did not fail the variant the way it must (what a strict xfail waits for)."""
+
+
+def check_caught(case: Case, run: SuiteRun) -> None:
+    """(a) to (c) of the module docstring; raises :class:`NotCaught`."""
+    where = f"{case} ({case.bug_class})"
+    if run.ret != pytest.ExitCode.TESTS_FAILED:
+        raise NotCaught(f"{where}: the suite did not fail: {run.describe()}")
+    for catcher, rule in case.catchers.items():
+        exact = "[" in catcher
+        hits = {
+            k: text
+            for k, text in run.failed.items()
+            if (k == catcher if exact else k.split("[", 1)[0] == catcher)
+        }
+        if not hits:
+            raise NotCaught(f"{where}: {catcher} did not fail: {run.describe()}")
+        unnamed = [k for k, text in hits.items() if f"[{rule}]" not in text]
+        if unnamed:
+            raise NotCaught(
+                f"{where}: these failures do not name rule [{rule}]:\n"
+                + "\n".join(f"--- {k}\n{hits[k][-1500:]}" for k in unnamed)
+            )
+        named = {k: _names(text, run.victims) for k, text in hits.items()}
+        if not any(named.values()):
+            raise NotCaught(
+                f"{where}: no failure of {catcher} names a task the bug hit (victims "
+                f"{run.victims[:10]}):\n"
+                + "\n".join(f"--- {k}\n{t[-1500:]}" for k, t in hits.items())
+            )
+        if case.workers and not any(
+            len(_holders(hits[k], tid)) >= 2 for k, tids in named.items() for tid in tids
+        ):
+            raise NotCaught(f"{where}: no failure of {catcher} names two workers holding a victim")
+
+
+# ---- the checks -------------------------------------------------------------------------------
+
+
+def test_every_variant_has_a_case_and_every_rule_exists():
+    exposed = {n for n, v in vars(broken).items() if isinstance(v, broken.VariantBackend)}
+    covered = {c.variant for c in [*CASES, CLIENT_CLOCK]} | {"control"}
+    assert exposed == covered, f"variants without a case: {sorted(exposed - covered)}"
+    rules = {r for c in [*CASES, CLIENT_CLOCK] for r in c.catchers.values()}
+    assert rules <= set(RULES), f"unknown rule ids: {sorted(rules - set(RULES))}"
+
+
+@pytest.mark.parametrize(
+    "where, select",
+    [
+        pytest.param("server", ["-m", CONFORMANCE], id="server-whole-conformance-suite"),
+        pytest.param("cluster", ["-k", UNDECLARED.keyword], id="cluster-cluster-keys-tests"),
+    ],
+)
+def test_control_passes(tmp_path: Path, dsn: str, where: str, select: list[str]):
+    """The variants' plumbing with nothing changed passes: on the server the whole
+    conformance suite, on the cluster the tests the undeclared-key variant fails there."""
+    run = run_suite(tmp_path, "control", where, dsn, select)
+    assert run.ret == pytest.ExitCode.OK and not run.failed, (
+        f"the control fails: {run.describe()}\n{run.output[-4000:]}"
+    )
+    assert len(run.passed) > (100 if where == "server" else 0), run.describe()
+    assert not run.victims, f"the control recorded victims: {run.victims[:10]}"
+
+
+def test_undeclared_key_variant_passes_on_a_single_server(tmp_path: Path, dsn: str):
+    """Why the cluster run is needed: on one server, without the guard, a script may touch
+    any key, and the one-script enqueue is even atomic — the same tests pass."""
+    case = UNDECLARED
+    run = run_suite(tmp_path, case.variant, "server", dsn, ["-k", case.keyword])
+    assert run.ret == pytest.ExitCode.OK and run.passed and not run.failed, run.describe()
+    assert run.victims, "the one-script enqueue never ran"
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_suite_fails_the_variant(tmp_path: Path, dsn: str, case: Case):
+    run = run_suite(tmp_path, case.variant, case.where, dsn, ["-k", case.keyword])
+    assert run.victims, f"{case}: the broken code path never ran:\n{run.output[-3000:]}"
+    check_caught(case, run)
+
+
+@pytest.mark.xfail(raises=NotCaught, strict=True, reason=CLIENT_CLOCK_NOT_CAUGHT)
+def test_suite_fails_the_client_clock_variant(tmp_path: Path, dsn: str):
+    """The claim stamps leases on the client's clock (victims: every claimed task); the
+    claim and lease tests that lean on the clock run too. Preconditions (the run
+    completed, the broken path ran) are plain assertions: only the catch itself is
+    expected to fail."""
+    case = CLIENT_CLOCK
+    run = run_suite(tmp_path, case.variant, case.where, dsn, ["-k", case.keyword])
+    assert run.passed and run.ret in (0, 1), run.describe() + run.output[-3000:]
+    assert run.victims, "no claim ran on the client's clock"
+    check_caught(case, run)
