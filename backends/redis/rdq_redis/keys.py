@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from rdq_core.errors import InvalidArgument
 
@@ -80,51 +81,62 @@ class Bucket:
 
     namespace: str
     bucket: str
+    _lists: dict[tuple[str, ...], list[str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
-    @property
+    @cached_property
     def tag(self) -> str:
         return f"{{{self.namespace}:{self.bucket}}}"
 
     def key(self, name: str) -> str:
         return f"rdq:{self.tag}:{name}"
 
-    @property
+    def listed(self, names: tuple[str, ...]) -> list[str]:
+        """The keys ``names`` (``("task", "hist", ...)``) as one list, a script's ``KEYS``:
+        made once per bucket and shared, so callers must not change it."""
+        got = self._lists.get(names)
+        if got is None:
+            got = self._lists[names] = [self.key(n) for n in names]
+        return got
+
+    @cached_property
     def task(self) -> str:
         return self.key("task")
 
-    @property
+    @cached_property
     def pay(self) -> str:
         return self.key("pay")
 
-    @property
+    @cached_property
     def hdr(self) -> str:
         return self.key("hdr")
 
-    @property
+    @cached_property
     def hist(self) -> str:
         return self.key("hist")
 
-    @property
+    @cached_property
     def ready(self) -> str:
         return self.key("ready")
 
-    @property
+    @cached_property
     def lease(self) -> str:
         return self.key("lease")
 
-    @property
+    @cached_property
     def done(self) -> str:
         return self.key("done")
 
-    @property
+    @cached_property
     def dlq(self) -> str:
         return self.key("dlq")
 
-    @property
+    @cached_property
     def seq(self) -> str:
         return self.key("seq")
 
-    @property
+    @cached_property
     def rv(self) -> str:
         return self.key("rv")
 
@@ -142,29 +154,37 @@ class Shard:
     namespace: str
     shard: str
 
-    @property
+    @cached_property
     def tag(self) -> str:
         return f"{{{self.namespace}:i{self.shard}}}"
 
-    @property
+    @cached_property
     def ids(self) -> str:
         return f"rdq:{self.tag}:ids"
 
 
 class Layout:
-    """Key names of one namespace."""
+    """Key names of one namespace. Each :class:`Bucket` is made once (at most
+    :data:`BUCKETS` of them) and its key names once, on first use: a call's keys are
+    then looked up, not formatted."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace_name(namespace)
+        self._buckets: dict[str, Bucket] = {}
 
     def bucket(self, bucket: str) -> Bucket:
-        return Bucket(self.namespace, bucket)
+        got = self._buckets.get(bucket)
+        if got is None:
+            got = Bucket(self.namespace, bucket)
+            if len(self._buckets) < BUCKETS:  # only malformed names could pass the bound
+                self._buckets[bucket] = got
+        return got
 
     def of_queue(self, queue: str) -> Bucket:
-        return Bucket(self.namespace, bucket_of(queue))
+        return self.bucket(bucket_of(queue))
 
     def of_token(self, token: str) -> Bucket:
-        return Bucket(self.namespace, bucket_of_token(token))
+        return self.bucket(bucket_of_token(token))
 
     def shard(self, task_id: str) -> Shard:
         return Shard(self.namespace, shard_of(task_id))

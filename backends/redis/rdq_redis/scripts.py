@@ -1,7 +1,7 @@
 """The server-side Lua scripts: one per SPI state change (storage half).
 
-**Lua ``EVALSHA``, not Redis Functions.** A script travels with the call: redis-py's
-``register_script`` sends ``EVALSHA`` and, on ``NOSCRIPT`` (a restarted server without
+**Lua ``EVALSHA``, not Redis Functions.** A script travels with the call: :class:`Scripts`
+sends ``EVALSHA`` and, on ``NOSCRIPT`` (a restarted server without
 persistence, ``SCRIPT FLUSH``, a failover to a node that never saw the script, a new
 cluster master), loads the source and runs it again — ``NOSCRIPT`` means the script did
 not run, so this retry is safe. Functions would live in the server's data set: they
@@ -47,9 +47,12 @@ Encodings (see :mod:`rdq_redis.codec` for the Python side):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 from rdq_core.model import LEASE_EXPIRED_ERROR
 
@@ -531,10 +534,15 @@ SOURCES: dict[str, ScriptSource] = {
 
 
 class Scripts:
-    """The scripts registered on one client (``EVALSHA``, reloaded on ``NOSCRIPT``).
+    """The scripts of one client, run by ``EVALSHA`` and loaded again on ``NOSCRIPT``.
 
     ``sources`` is the script set (default :data:`SOURCES`); the kit's own proof runs
     deliberately broken script variants through the real storage by passing another one.
+
+    A call is one ``EVALSHA`` of the script's SHA-1 (computed once); on ``NOSCRIPT`` (the
+    script did not run) its source is ``SCRIPT LOAD``-ed — on a cluster, on every master
+    — and the call sent once more: what redis-py's ``Script`` objects do, without their
+    per-call work (argument tuples, an import and a pipeline check on every call).
     """
 
     def __init__(
@@ -545,11 +553,21 @@ class Scripts:
         sources: Mapping[str, ScriptSource] | None = None,
     ) -> None:
         self.check_keys = check_keys
-        self._registered = {
-            name: client.register_script(src.source(check_keys=check_keys))
+        self._client = client
+        self._texts: dict[str, bytes] = {
+            name: src.source(check_keys=check_keys).encode()
             for name, src in (SOURCES if sources is None else sources).items()
         }
+        self._shas = {name: hashlib.sha1(text).hexdigest() for name, text in self._texts.items()}
+
+    def sha(self, name: str) -> str:
+        """The SHA-1 ``EVALSHA`` names script ``name`` by."""
+        return self._shas[name]
 
     def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run script ``name``; raw redis-py exceptions propagate (callers map them)."""
-        return self._registered[name](keys=keys, args=args)
+        try:
+            return self._client.evalsha(self._shas[name], len(keys), *keys, *args)
+        except NoScriptError:
+            self._client.script_load(self._texts[name])
+            return self._client.evalsha(self._shas[name], len(keys), *keys, *args)

@@ -180,6 +180,18 @@ ENQUEUE_ROUNDS = 16
 Client = Any  # redis.Redis | redis.cluster.RedisCluster
 
 
+#: The ``KEYS`` of the hot scripts, by bucket key name (see :mod:`rdq_redis.scripts`).
+_CLAIM_KEYS = ("task", "pay", "hdr", "hist", "ready", "lease")
+_EXTEND_KEYS = ("task", "lease")
+_COMPLETE_KEYS = ("task", "hist", "lease", "done")
+_RESCHEDULE_KEYS = ("task", "hist", "lease", "ready")
+_DEAD_LETTER_KEYS = ("task", "hist", "lease", "dlq")
+
+
+def _what(action: str, subject: str | None) -> str:
+    return action if subject is None else f"{action} of task {subject!r}"
+
+
 def _nonce() -> str:
     return secrets.token_hex(16)
 
@@ -248,25 +260,42 @@ class RedisStorage(Storage):
 
     # ---- running scripts ----
 
+    def _scripts(self) -> tuple[Client, Scripts]:
+        """The client and its scripts (the one place every call gets them from)."""
+        return self._source.get()
+
     def _run(
         self, action: str, fn: Callable[[Client, Scripts], T], subject: str | None = None
     ) -> T:
         """Run ``fn(client, scripts)``; map every driver error to an SPI error, whose
         message names ``subject`` (the task id the call is about) when given."""
         try:
-            client, scripts = self._source.get()
+            client, scripts = self._scripts()
             return fn(client, scripts)
         except RdqError:
             raise
         except (rx.RedisError, rx.RedisClusterException) as exc:
-            what = action if subject is None else f"{action} of task {subject!r}"
-            raise map_error(exc, what, self._where) from exc
+            raise map_error(exc, _what(action, subject), self._where) from exc
         except codec.CorruptRecord as exc:
-            what = action if subject is None else f"{action} of task {subject!r}"
-            raise BackendUnavailable(
-                f"{what}: {self._where} holds a record rdq_redis cannot read ({exc}): were "
-                "the namespace's keys written by something else?"
-            ) from exc
+            raise self._corrupt(_what(action, subject), exc) from exc
+
+    def _call(
+        self, action: str, script: str, keys_: list[str], args: list[Any], subject: str | None
+    ) -> Any:
+        """:meth:`_run` for the common case, one script and its reply (the hot path of
+        claim and the fenced calls: no closure, one frame less)."""
+        try:
+            return self._scripts()[1].run(script, keys_, args)
+        except RdqError:
+            raise
+        except (rx.RedisError, rx.RedisClusterException) as exc:
+            raise map_error(exc, _what(action, subject), self._where) from exc
+
+    def _corrupt(self, what: str, exc: Exception) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"{what}: {self._where} holds a record rdq_redis cannot read ({exc}): were "
+            "the namespace's keys written by something else?"
+        )
 
     # ---- producer ----
 
@@ -329,62 +358,48 @@ class RedisStorage(Storage):
         b = self.layout.of_queue(queue)
         prefix = b.bucket + secrets.token_hex(13)  # 3 + 26 digits; the script adds 3 more
         args = [queue, limit, micros_from_delta(lease), prefix]
-
-        def run(client: Client, scripts: Scripts) -> list[Claim]:
-            rows = scripts.run("claim", [b.task, b.pay, b.hdr, b.hist, b.ready, b.lease], args)
-            return [codec.decode_claim(row) for row in rows]
-
-        return self._run("claim_due", run)
+        rows = self._call("claim_due", "claim", b.listed(_CLAIM_KEYS), args, None)
+        try:
+            return codec.decode_claims(rows)
+        except codec.CorruptRecord as exc:
+            raise self._corrupt("claim_due", exc) from exc
 
     def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         b = self.layout.of_token(token)
+        args = [task_id, token, micros_from_delta(lease)]
+        reply = self._call("extend_lease", "extend", b.listed(_EXTEND_KEYS), args, task_id)
+        if int(reply[0]) != 1:
+            raise _stale(task_id, token, reply[1])
+        return utc_from_micros(int(reply[1]))
 
-        def run(client: Client, scripts: Scripts) -> datetime:
-            reply = scripts.run(
-                "extend", [b.task, b.lease], [task_id, token, micros_from_delta(lease)]
-            )
-            if int(reply[0]) != 1:
-                raise _stale(task_id, token, reply[1])
-            return utc_from_micros(int(reply[1]))
-
-        return self._run("extend_lease", run, task_id)
-
-    def _finish(
-        self, action: str, task_id: str, token: str, keys_: list[str], args: list[Any]
-    ) -> None:
-        def run(client: Client, scripts: Scripts) -> None:
-            reply = scripts.run(action, keys_, [task_id, token, *args])
-            if int(reply[0]) != 1:
-                raise _stale(task_id, token, reply[1])
-
-        self._run(action, run, task_id)
+    def _finish(self, action: str, task_id: str, keys_: list[str], args: list[Any]) -> None:
+        """Run fenced script ``action`` with ``args`` (``[task_id, token, ...]``)."""
+        reply = self._call(action, action, keys_, args, task_id)
+        if int(reply[0]) != 1:
+            raise _stale(task_id, args[1], reply[1])
 
     def _complete(self, task_id: str, token: str) -> None:
-        b = self.layout.of_token(token)
-        self._finish("complete", task_id, token, [b.task, b.hist, b.lease, b.done], [])
+        keys_ = self.layout.of_token(token).listed(_COMPLETE_KEYS)
+        self._finish("complete", task_id, keys_, [task_id, token])
 
     def _reschedule(
         self, task_id: str, token: str, delay: timedelta, error: ErrorInfo | None
     ) -> None:
-        b = self.layout.of_token(token)
         self._finish(
             "reschedule",
             task_id,
-            token,
-            [b.task, b.hist, b.lease, b.ready],
-            [micros_from_delta(delay), *codec.error_args(error)],
+            self.layout.of_token(token).listed(_RESCHEDULE_KEYS),
+            [task_id, token, micros_from_delta(delay), *codec.error_args(error)],
         )
 
     def _dead_letter(
         self, task_id: str, token: str, error: ErrorInfo | None, outcome: Outcome
     ) -> None:
-        b = self.layout.of_token(token)
         self._finish(
             "dead_letter",
             task_id,
-            token,
-            [b.task, b.hist, b.lease, b.dlq],
-            [codec.OUTCOME_CODE[outcome], *codec.error_args(error)],
+            self.layout.of_token(token).listed(_DEAD_LETTER_KEYS),
+            [task_id, token, codec.OUTCOME_CODE[outcome], *codec.error_args(error)],
         )
 
     # ---- reading ----
@@ -580,5 +595,3 @@ def _capabilities(durable: bool, durability: str) -> Capabilities:
 
 def _pairs(flat: list[Any]) -> list[tuple[str, bytes]]:
     return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
-
-

@@ -29,10 +29,10 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from rdq_redis import codec
 from rdq_redis.plugin import RedisBackend
@@ -42,7 +42,6 @@ from rdq_redis.storage import RedisStorage
 from rdq_core.errors import IdConflict
 from rdq_core.model import Claim, NewTask, micros_from_delta
 
-T = TypeVar("T")
 VICTIMS_ENV = "RDQ_REDIS_VICTIMS"
 
 
@@ -87,11 +86,9 @@ class VariantStorage(RedisStorage):
     def __init__(self, dsn: str, namespace: str, **kwargs: Any) -> None:
         super().__init__(dsn, namespace, scripts=self.sources, **kwargs)
 
-    def _run(self, action: str, fn: Callable[[Any, Scripts], T], subject: str | None = None) -> T:
-        def observed(client: Any, scripts: Scripts) -> T:
-            return fn(client, _Observed(scripts, self))  # type: ignore[arg-type]
-
-        return super()._run(action, observed, subject)
+    def _scripts(self) -> tuple[Any, Scripts]:
+        client, scripts = super()._scripts()
+        return client, _Observed(scripts, self)  # type: ignore[return-value]
 
     def call(self, scripts: Scripts, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run one script; a variant adds to its arguments or reads its reply here."""

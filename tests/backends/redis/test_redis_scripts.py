@@ -65,7 +65,7 @@ def test_scripts_are_reloaded_after_script_flush(dsn, storage):
     call of every kind gets NOSCRIPT, loads its script and succeeds, transparently."""
     lifecycle(storage, "before-flush")
     client = redis.Redis.from_url(dsn)
-    sha = storage._source.get()[1]._registered["claim"].sha
+    sha = storage._source.get()[1].sha("claim")
     client.script_flush()
     assert client.script_exists(sha) == [False]
     lifecycle(storage, "after-flush")
