@@ -1,0 +1,505 @@
+#!/usr/bin/env python
+"""Claim + complete throughput of ``RedisStorage`` against a bare redis-py loop and
+``redis-benchmark``, all running the same Lua scripts.
+
+For each connection count (default 1, 4, 16) and batch size (default 1, 32) this measures,
+in one run, time-sliced (``--rounds`` short slices per side and cell; who goes first
+rotates cell by cell and round by round, so drift in the load of a shared machine
+spreads over all three sides):
+
+* **backend**: N worker processes (forked; threads would measure the GIL), each with its
+  own ``RedisStorage`` (one connection), looping ``claim_due(queue, batch, lease)`` then
+  ``complete(id, token)`` for every claim;
+* **bare redis-py**: N worker processes, each with a plain ``redis.Redis`` (hiredis),
+  sending the backend's own claim and complete scripts (``rdq_redis.scripts.SOURCES``,
+  byte for byte) by ``EVALSHA`` with the same keys and arguments (a fresh random token
+  prefix per claim, as the protocol needs), and reading from the claim's reply only each
+  task's id and token: the floor of any Python client of these scripts;
+* **redis-benchmark**: ``redis-benchmark -c N`` sending one ``EVALSHA`` per cycle of a
+  script made of the claim script and the complete script verbatim (each wrapped as a
+  Lua function with its prelude, so the same code runs: one claim, then one complete per
+  claimed task, its token read from the claim's reply). It is the server's cost of the
+  same scripts with no client round trip in between (a cycle is one round trip, the
+  backend's is 1 + batch): a ceiling no client that waits for the claim's reply reaches.
+
+Only tasks completed inside the timed window count: each worker connects and runs a few
+warm-up cycles before the clock starts; redis-benchmark's own figure excludes its
+connection time. Before the first measurement each side runs unrecorded for
+``--warmup`` seconds. Every measurement runs in a fresh namespace pre-filled with enough
+due PENDING tasks, written by the backend's enqueue script (run in a loop server-side,
+``--fill-chunk`` per call), and dropped afterwards (SCAN + UNLINK); one whose queue ran dry
+is repeated with twice the tasks. redis-benchmark's rate is its requests/s times the
+tasks completed per request (SUCCEEDED tasks counted afterwards).
+
+Usage::
+
+    python benchmarks/redis_throughput.py                 # 4 s slices, 3 rounds
+    python benchmarks/redis_throughput.py --quick         # 2 s, 1 round
+    python benchmarks/redis_throughput.py --dsn redis://127.0.0.1:6379/0
+    python benchmarks/redis_throughput.py --workers 1,4 --batches 32 --rounds 5
+
+The server is, by default, a private ``redis-server`` the script starts from the local
+binaries like the kit's local rung, with ``--persistence`` (default ``none``: this
+measures the client and the scripts, not the disk) and removes afterwards; ``--dsn``
+measures a given single server instead (keys in a fresh namespace, dropped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import re
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis
+from rdq_redis.connection import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, _common_kwargs
+from rdq_redis.keys import Layout
+from rdq_redis.scripts import SOURCES
+from rdq_redis.server import RedisServer
+from rdq_redis.storage import RedisStorage
+
+from rdq_core.model import micros_from_delta
+
+QUEUE = "bench"
+LEASE = timedelta(minutes=5)
+LEASE_US = micros_from_delta(LEASE)
+#: Cycles each worker runs before the clock starts.
+WARMUP_CYCLES = 20
+#: First guess of a side's best rate (tasks/s) per batch size, to size the pre-fill; then
+#: the best rate measured so far is used.
+RATE_GUESS = {1: 15_000.0}
+RATE_GUESS_BATCHED = 80_000.0
+#: The issue's target: the backend at >= 90 % of the bare redis-py loop in every cell.
+TARGET_RATIO = 0.90
+SIDES = ("backend", "bare", "redis-benchmark")
+#: The meta record's token field (see rdq_redis.scripts: field 9, NUL-separated).
+TOKEN_FIELD = 8
+
+
+def _wrapped(name: str, function: str) -> str:
+    """Script ``name`` (its prelude and body, verbatim) as a local Lua function of
+    ``(KEYS, ARGV)``: called from another script, it runs exactly the same code."""
+    src = SOURCES[name]
+    return f"local function {function}(KEYS, ARGV)\n{src.prelude}{src.body}\nend\n"
+
+
+#: One claim + complete cycle in one call (redis-benchmark's side).
+#: KEYS: task pay hdr hist ready lease done. ARGV: queue, limit, lease_us, token prefix.
+CYCLE = (
+    "#!lua\n"
+    + SOURCES["claim"].prelude
+    + _wrapped("claim", "claim_script")
+    + _wrapped("complete", "complete_script")
+    + r"""
+local rows = claim_script({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]},
+  {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
+local done = 0
+for _, row in ipairs(rows) do
+  local token = split(row[2])[F_TOKEN]
+  local ok = complete_script({KEYS[1], KEYS[4], KEYS[6], KEYS[7]}, {row[1], token})
+  if ok[1] == 1 then done = done + 1 end
+end
+return done
+"""
+)
+
+#: The pre-fill: the enqueue script in a loop. KEYS: task pay hdr ready seq rv.
+#: ARGV: queue, first number, last number, id prefix.
+FILL = (
+    "#!lua\n"
+    + SOURCES["enqueue"].prelude
+    + _wrapped("enqueue", "enqueue_script")
+    + r"""
+local n = 0
+for i = tonumber(ARGV[2]), tonumber(ARGV[3]) do
+  local id = ARGV[4] .. i
+  local r = enqueue_script(KEYS, {id, ARGV[1], 'noop', '', '', '0', 'n' .. i, '1'})
+  n = n + r[1]
+end
+return n
+"""
+)
+
+
+# ---- the namespace ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Keys:
+    claim: list[str]
+    complete: list[str]
+    enqueue: list[str]
+    cycle: list[str]
+
+    @classmethod
+    def of(cls, namespace: str) -> Keys:
+        b = Layout(namespace).of_queue(QUEUE)
+        return cls(
+            claim=[b.task, b.pay, b.hdr, b.hist, b.ready, b.lease],
+            complete=[b.task, b.hist, b.lease, b.done],
+            enqueue=[b.task, b.pay, b.hdr, b.ready, b.seq, b.rv],
+            cycle=[b.task, b.pay, b.hdr, b.hist, b.ready, b.lease, b.done],
+        )
+
+
+def fill(client: redis.Redis, namespace: str, count: int, chunk: int) -> None:
+    """``count`` due PENDING tasks in ``namespace``, as the enqueue script writes them."""
+    keys = Keys.of(namespace).enqueue
+    script = client.register_script(FILL)
+    for first in range(1, count + 1, chunk):
+        last = min(count, first + chunk - 1)
+        script(keys=keys, args=[QUEUE, first, last, "task-"])
+
+
+def counts(client: redis.Redis, namespace: str) -> tuple[int, int]:
+    """(SUCCEEDED, PENDING) tasks of the bench queue."""
+    b = Layout(namespace).of_queue(QUEUE)
+    return int(client.zcard(b.done)), int(client.zcard(b.ready))
+
+
+# ---- the worker sides ------------------------------------------------------------------------
+
+
+class _Backend:
+    """The backend: ``RedisStorage.claim_due`` and ``complete``."""
+
+    def __init__(self, dsn: str, namespace: str) -> None:
+        self.storage = RedisStorage(dsn, namespace)
+
+    def cycle(self, batch: int) -> int:
+        storage = self.storage
+        claims = storage.claim_due(QUEUE, batch, LEASE)
+        for c in claims:
+            storage.complete(c.task_id, c.token)
+        return len(claims)
+
+    def close(self) -> None:
+        self.storage.close()
+
+
+class _Bare:
+    """The floor of any Python client: the backend's two scripts by ``EVALSHA`` on a plain
+    redis-py connection, reading only id and token from the claim's reply."""
+
+    def __init__(self, dsn: str, namespace: str) -> None:
+        # The backend's connection settings (reply and connect timeouts, no retry): what
+        # any client of these scripts needs to report a lost server instead of hanging.
+        self.client = redis.Redis.from_url(
+            dsn, **_common_kwargs("rdq-bench-bare", SOCKET_TIMEOUT_S, CONNECT_TIMEOUT_S)
+        )
+        keys = Keys.of(namespace)
+        self.claim_keys, self.complete_keys = keys.claim, keys.complete
+        self.bucket = Layout(namespace).of_queue(QUEUE).bucket
+        self.claim_sha = self.client.script_load(SOURCES["claim"].source())
+        self.complete_sha = self.client.script_load(SOURCES["complete"].source())
+
+    def cycle(self, batch: int) -> int:
+        evalsha = self.client.evalsha
+        prefix = self.bucket + secrets.token_hex(13)
+        rows = evalsha(self.claim_sha, 6, *self.claim_keys, QUEUE, batch, LEASE_US, prefix)
+        for row in rows:
+            token = row[1].split(b"\0", TOKEN_FIELD + 1)[TOKEN_FIELD]
+            evalsha(self.complete_sha, 4, *self.complete_keys, row[0], token)
+        return len(rows)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _worker(
+    side: str,
+    dsn: str,
+    namespace: str,
+    batch: int,
+    duration: float,
+    ready: multiprocessing.synchronize.Semaphore,
+    go: multiprocessing.synchronize.Event,
+    start: multiprocessing.sharedctypes.Synchronized,  # type: ignore[name-defined]
+    results: multiprocessing.Queue,  # type: ignore[type-arg]
+) -> None:
+    try:
+        client = _Backend(dsn, namespace) if side == "backend" else _Bare(dsn, namespace)
+        try:
+            for _ in range(WARMUP_CYCLES):
+                client.cycle(batch)
+            ready.release()
+            go.wait()
+            begin = float(start.value)
+            end = begin + duration
+            monotonic, cycle = time.monotonic, client.cycle
+            while monotonic() < begin:
+                pass
+            done = 0
+            while True:
+                n = cycle(batch)
+                if monotonic() >= end:
+                    break
+                done += n
+            results.put(done)
+        finally:
+            client.close()
+    except BaseException as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+        ready.release()
+        raise
+
+
+def run_workers(
+    side: str, dsn: str, namespace: str, workers: int, batch: int, duration: float
+) -> float:
+    """Tasks/s completed by ``workers`` processes within ``duration``."""
+    ctx = multiprocessing.get_context("fork")
+    ready, go, start = ctx.Semaphore(0), ctx.Event(), ctx.Value("d", 0.0)
+    results: multiprocessing.Queue[int | str] = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(side, dsn, namespace, batch, duration, ready, go, start, results),
+            daemon=True,
+        )
+        for _ in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for _ in procs:
+            if not ready.acquire(timeout=120):
+                raise RuntimeError("a worker did not get ready in 120 s")
+        start.value = time.monotonic() + 0.05
+        go.set()
+        got = [results.get(timeout=duration + 120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    failures = [g for g in got if isinstance(g, str)]
+    if failures:
+        raise RuntimeError(f"{side} worker failed: {failures[0]}")
+    return sum(int(g) for g in got) / duration
+
+
+# ---- the redis-benchmark side ----------------------------------------------------------------
+
+
+def run_redis_benchmark(
+    binary: str, dsn: str, sha: str, namespace: str, workers: int, batch: int, requests: int
+) -> float:
+    """Requests/s of ``redis-benchmark -c workers -n requests`` sending the cycle script
+    (one token prefix for every call: the complete reads the token from the claim's reply
+    inside the script, so fencing still holds within a cycle)."""
+    keys = Keys.of(namespace).cycle
+    prefix = Layout(namespace).of_queue(QUEUE).bucket + "0" * 26
+    url = urlsplit(dsn)
+    argv = [
+        binary, "-h", url.hostname or "127.0.0.1", "-p", str(url.port or 6379),
+        "-c", str(workers), "-n", str(requests), "--csv",
+        "EVALSHA", sha, str(len(keys)), *keys,
+        QUEUE, str(batch), str(LEASE_US), prefix,
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    found = re.search(r'^"EVALSHA[^"]*","([\d.]+)"', out, re.MULTILINE)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"redis-benchmark failed (exit {done.returncode}):\n{out[-3000:]}")
+    return float(found[1])
+
+
+# ---- measurements ----------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    workers: int
+    batch: int
+    rates: dict[str, list[float]] = field(default_factory=dict)
+
+    def mean(self, side: str) -> float | None:
+        got = self.rates.get(side)
+        return statistics.mean(got) if got else None
+
+    def ratio(self, side: str, base: str) -> float | None:
+        """``side`` over ``base``, summed over the rounds (each round ran both)."""
+        mine, theirs = self.rates.get(side), self.rates.get(base)
+        return sum(mine) / sum(theirs) if mine and theirs else None
+
+    def spread(self, side: str, base: str) -> str:
+        rounds = sorted(
+            a / b for a, b in zip(self.rates.get(side, []), self.rates.get(base, []), strict=False)
+        )
+        return f"{rounds[0]:.0%}-{rounds[-1]:.0%}" if len(rounds) > 1 else ""
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.duration: float = args.duration
+        self.best: dict[tuple[str, int], float] = {}
+        self.loads: list[float] = []
+        self.tmp = Path(tempfile.mkdtemp(prefix="rdq-redis-bench-"))
+        self.server: RedisServer
+        if args.dsn:
+            self.server = RedisServer(args.dsn)
+        else:
+            from rdq_redis.local import start_local_server
+
+            from rdq_compliance.provision.backend import ProvisionRequest
+
+            request = ProvisionRequest(
+                workdir=self.tmp / "server",
+                options={"redis_persistence": args.persistence},
+                allow_docker=False,
+            )
+            self.server = start_local_server(request)
+        self.dsn: str = self.server.dsn
+        self.client = redis.Redis.from_url(self.dsn)
+        info = self.client.info("server")
+        self.where = f"{self.server.origin}; redis {info.get('redis_version')}"
+        self.cycle_sha = self.client.script_load(CYCLE)
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _tasks(self, side: str, workers: int, batch: int) -> int:
+        guess = RATE_GUESS.get(batch, RATE_GUESS_BATCHED)
+        rate = max(guess, 1.5 * self.best.get((side, batch), 0.0))
+        return int(rate * (self.duration + 1)) + 2 * WARMUP_CYCLES * batch * workers
+
+    def _once(self, side: str, namespace: str, workers: int, batch: int, tasks: int) -> float:
+        if side != "redis-benchmark":
+            return run_workers(side, self.dsn, namespace, workers, batch, self.duration)
+        requests = max(workers * 50, int(tasks / batch * self.duration / (self.duration + 1)))
+        requests = min(requests, tasks // batch - workers)
+        rps = run_redis_benchmark(
+            self.args.redis_benchmark, self.dsn, self.cycle_sha, namespace, workers, batch, requests
+        )
+        succeeded, _ = counts(self.client, namespace)
+        return rps * succeeded / requests
+
+    def measure(self, side: str, workers: int, batch: int) -> float:
+        """Tasks/s of one measurement in a fresh namespace (again, with twice the tasks,
+        while the queue runs dry)."""
+        tasks = self._tasks(side, workers, batch)
+        while True:
+            namespace = self.server.create_namespace()
+            try:
+                fill(self.client, namespace, tasks, self.args.fill_chunk)
+                self.loads.append(os.getloadavg()[0])
+                rate = self._once(side, namespace, workers, batch, tasks)
+                _, pending = counts(self.client, namespace)
+            finally:
+                self.server.drop_namespace(namespace)
+            if pending > 0:
+                key = (side, batch)
+                self.best[key] = max(self.best.get(key, 0.0), rate)
+                return rate
+            tasks *= 2
+            print(f"    (the queue ran dry; again with {tasks} tasks)", flush=True)
+
+    def warm_up(self) -> None:
+        seconds = self.args.warmup
+        if seconds <= 0:
+            return
+        saved, self.duration = self.duration, seconds
+        try:
+            for side in SIDES:
+                self.measure(side, 4, 1)
+        finally:
+            self.duration = saved
+            self.best.clear()
+        print(f"  (warmed up: {seconds:g} s of each side, not recorded)", flush=True)
+
+    def run(self) -> list[Cell]:
+        cells = [Cell(w, b) for b in self.args.batches for w in self.args.workers]
+        self.warm_up()
+        for rnd in range(self.args.rounds):
+            for i, cell in enumerate(cells):
+                shift = (rnd + i) % len(SIDES)
+                for side in SIDES[shift:] + SIDES[:shift]:
+                    rate = self.measure(side, cell.workers, cell.batch)
+                    cell.rates.setdefault(side, []).append(rate)
+                    print(
+                        f"  round {rnd + 1}  connections={cell.workers:<2}  batch={cell.batch:<2}"
+                        f"  {side:<15} {rate:>9,.0f} tasks/s  (load {os.getloadavg()[0]:.1f})",
+                        flush=True,
+                    )
+        return cells
+
+
+def table(cells: list[Cell], args: argparse.Namespace, bench: Bench) -> str:
+    loads = bench.loads or [0.0]
+    lines = [
+        f"server: {bench.where}",
+        f"{args.duration:g} s per measurement, {args.rounds} round(s), time-sliced and "
+        f"interleaved; load average (1 min) {min(loads):.1f}-{max(loads):.1f} while measuring",
+        f"target: backend >= {TARGET_RATIO:.0%} of the bare redis-py loop in every cell",
+        "cells: mean tasks/s; ratios summed over rounds (lowest-highest round)",
+        "",
+        "| connections | batch | redis-benchmark | bare redis-py | backend "
+        "| backend / bare | backend / redis-benchmark |",
+        "|--:|--:|--:|--:|--:|:--|:--|",
+    ]
+    for c in cells:
+        to_bare, to_rb = c.ratio("backend", "bare"), c.ratio("backend", "redis-benchmark")
+        missed = "" if to_bare is None or to_bare >= TARGET_RATIO else " MISSED"
+        spread_bare, spread_rb = c.spread("backend", "bare"), c.spread("backend", "redis-benchmark")
+        lines.append(
+            f"| {c.workers} | {c.batch} | {c.mean('redis-benchmark') or 0:,.0f} "
+            f"| {c.mean('bare') or 0:,.0f} | {c.mean('backend') or 0:,.0f} "
+            f"| {to_bare or 0:.0%}{f' ({spread_bare})' if spread_bare else ''}{missed} "
+            f"| {to_rb or 0:.0%}{f' ({spread_rb})' if spread_rb else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default=None, help="a given single server (default: private)")
+    parser.add_argument(
+        "--persistence", default="none", help="the private server's (none, aof, everysec, rdb)"
+    )
+    parser.add_argument("--duration", type=float, default=None, help="seconds (default 4)")
+    parser.add_argument("--rounds", type=int, default=None, help="default 3 (quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="2 s per measurement, 1 round")
+    parser.add_argument("--warmup", type=float, default=None, help="seconds (default 2)")
+    parser.add_argument("--workers", type=_ints, default=[1, 4, 16])
+    parser.add_argument("--batches", type=_ints, default=[1, 32])
+    parser.add_argument("--fill-chunk", type=int, default=20_000)
+    parser.add_argument("--redis-benchmark", default=shutil.which("redis-benchmark"))
+    args = parser.parse_args(argv)
+    args.duration = args.duration or (2.0 if args.quick else 4.0)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.warmup = (1.0 if args.quick else 2.0) if args.warmup is None else args.warmup
+    if not args.redis_benchmark:
+        parser.error("redis-benchmark not found; pass --redis-benchmark")
+    bench = Bench(args)
+    try:
+        cells = bench.run()
+        print()
+        print(table(cells, args, bench))
+    finally:
+        bench.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
