@@ -340,7 +340,9 @@ class Cell:
         rounds = sorted(
             a / b for a, b in zip(self.rates.get(side, []), self.rates.get(base, []), strict=False)
         )
-        return f"{rounds[0]:.0%}-{rounds[-1]:.0%}" if len(rounds) > 1 else ""
+        if len(rounds) < 2:
+            return ""
+        return f"{rounds[0]:.0%}-{rounds[-1]:.0%}, median {statistics.median(rounds):.0%}"
 
 
 class Bench:
@@ -448,7 +450,7 @@ def table(cells: list[Cell], args: argparse.Namespace, bench: Bench) -> str:
         f"{args.duration:g} s per measurement, {args.rounds} round(s), time-sliced and "
         f"interleaved; load average (1 min) {min(loads):.1f}-{max(loads):.1f} while measuring",
         f"target: backend >= {TARGET_RATIO:.0%} of the bare redis-py loop in every cell",
-        "cells: mean tasks/s; ratios summed over rounds (lowest-highest round)",
+        "cells: mean tasks/s; ratios summed over rounds (lowest-highest round, median round)",
         "",
         "| connections | batch | redis-benchmark | bare redis-py | backend "
         "| backend / bare | backend / redis-benchmark |",

@@ -31,6 +31,8 @@ from rdq_core.errors import InvalidArgument
 BUCKETS = 4096
 #: Shards of the id index per namespace.
 ID_SHARDS = 4096
+#: Queues whose bucket a :class:`Layout` remembers (beyond that it is computed each time).
+QUEUES_REMEMBERED = 65_536
 #: The namespace record's format version (bumped if the layout ever changes).
 LAYOUT_VERSION = 1
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -165,12 +167,14 @@ class Shard:
 
 class Layout:
     """Key names of one namespace. Each :class:`Bucket` is made once (at most
-    :data:`BUCKETS` of them) and its key names once, on first use: a call's keys are
-    then looked up, not formatted."""
+    :data:`BUCKETS` of them) and its key names once, on first use, and the bucket of a
+    queue is remembered (up to :data:`QUEUES_REMEMBERED` queues): a call's keys are then
+    looked up, not computed and formatted."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace_name(namespace)
         self._buckets: dict[str, Bucket] = {}
+        self._queues: dict[str, Bucket] = {}
 
     def bucket(self, bucket: str) -> Bucket:
         got = self._buckets.get(bucket)
@@ -181,7 +185,12 @@ class Layout:
         return got
 
     def of_queue(self, queue: str) -> Bucket:
-        return self.bucket(bucket_of(queue))
+        got = self._queues.get(queue)
+        if got is None:
+            got = self.bucket(bucket_of(queue))
+            if len(self._queues) < QUEUES_REMEMBERED:
+                self._queues[queue] = got
+        return got
 
     def of_token(self, token: str) -> Bucket:
         return self.bucket(bucket_of_token(token))
