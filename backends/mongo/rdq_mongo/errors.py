@@ -20,8 +20,12 @@ deduplicating that second retry (nor on a server such as SecantusDB doing it at 
 every outcome appends an attempt that carries the claim's token, so a report whose token
 no longer matches is checked against the history — if the last attempt was written by
 this very token with this very outcome, the earlier try took effect and the call returns
-as a success; otherwise it is ``StaleClaim`` (:mod:`rdq_mongo.storage`). A retried claim
-write is found again by its fresh token the same way.
+as a success; otherwise it is ``StaleClaim`` (:mod:`rdq_mongo.storage`); an enqueue finds
+its own document by the nonce it stored. A *claim* write retried on a server that does
+not deduplicate retries, whose first try applied, finds its guard no longer true and
+counts as a race lost: that claim is lost to its caller (no one holds the token), and the
+task is reclaimed when the lease ends, with the LEASE_EXPIRED attempt that says so —
+one lease of delay, never two holders.
 
 ``DuplicateKeyError`` never reaches this module (enqueue handles it); any other
 ``OperationFailure`` is a bug in rdq_mongo or a server that does not speak the subset it

@@ -303,7 +303,12 @@ class MongoStorage(Storage):
                 now_us = self._now_us(db)
                 candidates = self._candidates(db, queue, now_us, asked)
                 for task_id in candidates:
-                    claim = self._claim_one(db, write, task_id, queue, now_us, lease_us)
+                    try:
+                        claim = self._claim_one(db, write, task_id, queue, now_us, lease_us)
+                    except px.PyMongoError:
+                        if not claims:
+                            raise
+                        return claims  # keep what was claimed; the error comes next call
                     if claim is not None:
                         claims.append(claim)
                         if len(claims) == limit:
@@ -341,12 +346,9 @@ class MongoStorage(Storage):
         update = self._claim_pipeline(token, lease_us)
         if write == FIND_AND_MODIFY:
             doc = tasks.find_one_and_update(guard, update, return_document=ReturnDocument.AFTER)
-            if doc is not None:
-                return documents.claim(doc)
-        else:
-            tasks.update_one(guard, update)
-        # update_then_read; or a findAndModify retried after a lost reply that found its
-        # own first try applied: the document carries our fresh token
+            return None if doc is None else documents.claim(doc)
+        if not tasks.update_one(guard, update).matched_count:
+            return None  # a competitor was first
         doc = tasks.find_one({"_id": task_id, "token": token})
         return None if doc is None else documents.claim(doc)
 

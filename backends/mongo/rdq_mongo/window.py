@@ -13,9 +13,10 @@ below, so a task due before ``head`` â€” back-dated, or an older expired lease â
 in it). If it yields at least ``n`` tasks, they are the ``n`` earliest-due claimable tasks
 overall, since every task outside has ``due_us > bound``; if it yields fewer and
 ``bound < T`` the window is made four times as wide and the find repeated; with
-``bound = T`` it is the plain "everything due" find. Widths halve after each find that
-was satisfied, so the window follows the backlog. On MongoDB, whose index scan stops at
-the limit, the window costs at most one or two extra finds after a backlog is drained.
+``bound = T`` it is the plain "everything due" find. A width shrinks by a quarter after
+each search its first find satisfied, so the window follows the backlog. On MongoDB,
+whose index scan stops at the limit, the window costs at most one or two extra finds
+after a backlog is drained.
 """
 
 from __future__ import annotations
@@ -47,17 +48,20 @@ class Windows:
         with self._lock:
             hint = self._hints.get(queue)
         head, width = hint if hint is not None else (None, INITIAL_WIDTH_US)
+        widened = False
         for _ in range(MAX_WIDENINGS):
             bound = now_us if head is None else min(now_us, head + width)
             found = find(bound, wanted)
             if len(found) >= wanted or bound >= now_us:
                 break
-            width *= 4
+            width, widened = width * 4, True
         else:
             found = find(now_us, wanted)
+        if not widened:
+            width = max(MIN_WIDTH_US, width * 3 // 4)
         with self._lock:
             if found:
-                self._hints[queue] = (found[0][1], max(MIN_WIDTH_US, width // 2))
+                self._hints[queue] = (found[0][1], width)
             else:
                 self._hints.pop(queue, None)
         return [task_id for task_id, _ in found]
