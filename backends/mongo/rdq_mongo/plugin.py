@@ -20,6 +20,7 @@ When none serves, the error names the three remedies. Storage is
 from __future__ import annotations
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
+from rdq_mongo import container, local
 from rdq_mongo.server import MongoServer
 from rdq_mongo.storage import MongoStorage
 
@@ -33,6 +34,14 @@ class MongoBackend(Backend):
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:
         return MongoServer(dsn)
+
+    def start_local_server(self, request: ProvisionRequest) -> Server:
+        """Rung 2: ``mongod`` (replica set) or SecantusDB from local binaries."""
+        return local.start_local_server(request)
+
+    def start_container(self, request: ProvisionRequest) -> Server:
+        """Rung 3: ``mongo:7`` through testcontainers (:mod:`rdq_mongo.container`)."""
+        return container.start_container(request)
 
     def open(self, dsn: str, namespace: str) -> MongoStorage:
         return MongoStorage(dsn, namespace)
