@@ -32,8 +32,11 @@ The claim
    cost time in proportion to what they match);
 3. for each, in due order, ONE guarded atomic write (:func:`rdq_mongo.updates.claim_guard`
    — the same claimability predicate, on the document as it is now — and
-   :func:`~rdq_mongo.updates.claim_update`): IN_FLIGHT, lease from the write's own
-   ``$$NOW``, a fresh token, and for a reclaim the LEASE_EXPIRED attempt. A competitor
+   :func:`~rdq_mongo.updates.claim_update`): IN_FLIGHT, claimed at ``T`` with a lease to
+   ``T + lease``, a fresh token, and for a reclaim the LEASE_EXPIRED attempt ending at
+   ``T``. One instant ``T`` for the whole batch, as the reference store stamps one claim
+   call; it is the server's clock read by this very call, never the client's, and no
+   later than the write (``claimed_at ≥`` the lease it took over). A competitor
    that claimed the task first moved its ``due_us`` past ``T``, so the guard fails and the
    task is skipped: **the guard in the filter of a single-document write is what makes
    the claim atomic**; the find only proposes. A batch claim runs step 3 per candidate
@@ -51,8 +54,10 @@ The write of step 3 (``rdq_claim_write`` in the URI, :mod:`rdq_mongo.connection`
   already, exactly as if its worker had died (the LEASE_EXPIRED attempt says so).
 
 On MongoDB the filter could compare with ``$$NOW`` itself; comparing with ``T`` instead
-is equivalent (``T`` ≤ the write's ``$$NOW``: never earlier than due, never before a
-lease expired), keeps the filter an index range on both servers, and SecantusDB scans the
+is as safe (``T`` ≤ the write's ``$$NOW``: never earlier than due, never before a lease
+expired; a claimer stalled between reading ``T`` and writing makes a claim whose lease
+ends sooner, never one that overlaps another: a competitor's claim moved ``due_us`` past
+``T``), keeps the filter an index range on both servers, and SecantusDB scans the
 collection for any ``$expr``. With ``limit`` candidates the claim costs 2 + limit round
 trips (2 + 2·limit on SecantusDB).
 
@@ -297,10 +302,10 @@ class MongoStorage(Storage):
 
         def run(db: Db) -> list[Claim]:
             claims: list[Claim] = []
+            now_us = self._now_us(db)  # the claim's one instant (see the module docstring)
             for _ in range(CLAIM_ROUNDS):
                 want = limit - len(claims)
                 asked = want + _slack(want)
-                now_us = self._now_us(db)
                 candidates = self._candidates(db, queue, now_us, asked)
                 for task_id in candidates:
                     try:
@@ -343,7 +348,7 @@ class MongoStorage(Storage):
         tasks = db[schema.TASKS]
         token = secrets.token_hex(16)
         guard = updates.claim_guard(task_id, queue, now_us)
-        update = self._claim_pipeline(token, lease_us)
+        update = self._claim_pipeline(token, now_us, lease_us)
         if write == FIND_AND_MODIFY:
             doc = tasks.find_one_and_update(guard, update, return_document=ReturnDocument.AFTER)
             return None if doc is None else documents.claim(doc)
@@ -352,8 +357,8 @@ class MongoStorage(Storage):
         doc = tasks.find_one({"_id": task_id, "token": token})
         return None if doc is None else documents.claim(doc)
 
-    def _claim_pipeline(self, token: str, lease_us: int) -> updates.Pipeline:
-        return updates.claim_update(token, lease_us)
+    def _claim_pipeline(self, token: str, now_us: int, lease_us: int) -> updates.Pipeline:
+        return updates.claim_update(token, now_us, lease_us)
 
     def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         lease_us = micros_from_delta(lease)

@@ -83,16 +83,18 @@ def claim_guard(task_id: str, queue: str, now_us: int) -> Doc:
     return {"_id": task_id, "queue": queue, "status": CLAIMABLE, "due_us": due_by(now_us)}
 
 
-def claim_update(token: str, lease_us: int, number: Doc = NEXT_ATTEMPT_NO) -> Pipeline:
-    """IN_FLIGHT with a fresh token and a lease from now; if it was IN_FLIGHT (a reclaim),
-    in the same step: the LEASE_EXPIRED attempt of the expired claim (numbered by
-    ``number``, invariant H) and ``attempt_count + 1``. Every expression of one ``$set``
+def claim_update(token: str, now_us: int, lease_us: int, number: Doc = NEXT_ATTEMPT_NO) -> Pipeline:
+    """IN_FLIGHT with a fresh token, claimed at ``now_us`` (the claim's server time ``T``,
+    one instant for every task of a batch, as the reference store stamps a batch) with a
+    lease to ``now_us + lease_us``; if it was IN_FLIGHT (a reclaim), in the same step: the
+    LEASE_EXPIRED attempt of the expired claim, ending at the reclaim and numbered by
+    ``number`` (invariant H), and ``attempt_count + 1``. Every expression of one ``$set``
     stage reads the document as it was before the stage."""
     reclaim = {"$eq": ["$status", IN_FLIGHT]}
     expired = {
         "n": number,
         "s": "$claimed_us",
-        "f": NOW_US,
+        "f": {"$literal": now_us},
         "o": OUTCOME_CODE[Outcome.LEASE_EXPIRED],
         "e": {"$literal": {"t": LEASE_EXPIRED_ERROR, "m": LEASE_EXPIRED_MESSAGE, "d": None}},
         "k": "$token",
@@ -110,8 +112,8 @@ def claim_update(token: str, lease_us: int, number: Doc = NEXT_ATTEMPT_NO) -> Pi
                 "reclaimed": reclaim,
                 "status": {"$literal": IN_FLIGHT},
                 "token": {"$literal": token},
-                "claimed_us": NOW_US,
-                "due_us": {"$add": [NOW_US, lease_us]},
+                "claimed_us": {"$literal": now_us},
+                "due_us": {"$literal": now_us + lease_us},
             }
         }
     ]
