@@ -76,9 +76,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--rdq-chaos-scenario",
-        default="standard",
+        default=None,
         metavar="FILE|NAME",
-        help="the chaos scenario the chaos suite runs (default: the built-in 'standard')",
+        help="the chaos scenario the chaos suite runs (default: the one the provisioned "
+        "server names, the built-in 'standard' unless it is too slow for it)",
     )
     group.addoption(
         "--rdq-chaos-seed",

@@ -10,9 +10,12 @@ each with the whole kit (conformance, stateful ``ci`` profile, standard chaos ca
 on the given server (``RDQ_REDIS_DSN``, default the local 127.0.0.1:6379), on a private
 server from the local binaries (AOF, ``appendfsync always``: durable, so its chaos
 campaign kills and restarts it) and on a private 3-master Redis Cluster
-(``--rdq-option redis_cluster=3``). A PostgreSQL or Redis run whose server does not
-answer (or whose binaries are missing) is skipped with the reason — a failure under
-``CI=true``.
+(``--rdq-option redis_cluster=3``). MongoDB runs the whole kit twice: by URI
+(``RDQ_MONGO_DSN``; unset, a SecantusDB this module starts through the local rung, so the
+URI path is exercised here too) and on the local rung (``mongod`` if installed, else
+SecantusDB: the compact chaos scenario, which its server names). A PostgreSQL, Redis or
+MongoDB run whose server does not answer (or whose binaries are missing) is skipped with
+the reason — a failure under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +39,11 @@ PG_DSN = (
 REDIS_DSN = os.environ.get("RDQ_REDIS_DSN") or "redis://127.0.0.1:6379/0"
 REDIS_LOCAL = ["--rdq-backend=redis", "--rdq-no-docker"]
 REDIS_CLUSTER = [*REDIS_LOCAL, "--rdq-option=redis_cluster=3"]
+
+MONGO_LOCAL = ["--rdq-backend=mongo", "--rdq-no-docker"]
+#: Stands for the URI of the mongo-dsn runs (RDQ_MONGO_DSN, or a server started here).
+MONGO_URI = "<mongo-uri>"
+MONGO_DSN = ["--rdq-backend=mongo", f"--rdq-dsn={MONGO_URI}"]
 
 CONFORMANCE = ["-m", "not chaos and not stateful"]
 CHAOS = ["-m", "chaos"]
@@ -63,6 +72,13 @@ RUNS: dict[str, tuple[list[str], int | None]] = {
     "redis-cluster": ([*REDIS_CLUSTER, *CONFORMANCE], None),
     "redis-cluster-stateful": ([*REDIS_CLUSTER, *STATEFUL], 1),
     "redis-cluster-chaos": ([*REDIS_CLUSTER, *CHAOS], 1),
+    # MongoDB: the whole kit by URI and on the local rung.
+    "mongo-dsn": ([*MONGO_DSN, *CONFORMANCE], None),
+    "mongo-dsn-stateful": ([*MONGO_DSN, *STATEFUL], 1),
+    "mongo-dsn-chaos": ([*MONGO_DSN, *CHAOS], 1),
+    "mongo-local": ([*MONGO_LOCAL, *CONFORMANCE], None),
+    "mongo-local-stateful": ([*MONGO_LOCAL, *STATEFUL], 1),
+    "mongo-local-chaos": ([*MONGO_LOCAL, *CHAOS], 1),
 }
 
 
@@ -117,6 +133,45 @@ def _postgres_binaries() -> str | None:
     return None
 
 
+def _mongo_binaries() -> str | None:
+    """Why the local rung cannot start a MongoDB (or SecantusDB) server here, or ``None``."""
+    from rdq_mongo.local import find_server
+
+    from rdq_compliance.provision.backend import ProvisionUnavailable
+
+    try:
+        find_server("auto", None)
+    except ProvisionUnavailable as exc:
+        return str(exc)
+    return None
+
+
+_MONGO: dict[str, object] = {}
+
+
+def _mongo_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``RDQ_MONGO_DSN``, else the URI of a server started once for this module."""
+    given = os.environ.get("RDQ_MONGO_DSN")
+    if given:
+        return given
+    if "server" not in _MONGO:
+        from rdq_mongo.plugin import backend
+
+        from rdq_compliance.provision.backend import ProvisionRequest
+
+        workdir = tmp_path_factory.mktemp("mongo-by-uri")
+        _MONGO["server"] = backend.start_local_server(ProvisionRequest(workdir=workdir))
+    return _MONGO["server"].dsn  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_mongo() -> Iterator[None]:
+    yield
+    server = _MONGO.pop("server", None)
+    if server is not None:
+        server.close()  # type: ignore[attr-defined]
+
+
 #: run id prefix -> why that run cannot happen here (None: it can)
 PRECONDITIONS = {
     "postgres-dsn": _postgres_answers,
@@ -124,6 +179,8 @@ PRECONDITIONS = {
     "redis-dsn": _redis_answers,
     "redis-local": lambda: _redis_binaries(cluster=False),
     "redis-cluster": lambda: _redis_binaries(cluster=True),
+    "mongo-dsn": lambda: None if os.environ.get("RDQ_MONGO_DSN") else _mongo_binaries(),
+    "mongo-local": _mongo_binaries,
 }
 
 
@@ -149,13 +206,19 @@ def _suite_size() -> int:
 
 
 @pytest.mark.parametrize("run", list(RUNS))
-def test_conformance_suite_passes(run: str, tmp_path: Path) -> None:
+def test_conformance_suite_passes(
+    run: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     _precondition(run)
+    args = RUNS[run][0]
+    if any(MONGO_URI in a for a in args):
+        uri = _mongo_uri(tmp_path_factory)
+        args = [a.replace(MONGO_URI, uri) for a in args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
     proc = subprocess.run(
         [
             sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite",
-            *RUNS[run][0], "--rdq-require-backend", "-q", "-rs", "-p", "no:cacheprovider",
+            *args, "--rdq-require-backend", "-q", "-rs", "-p", "no:cacheprovider",
         ],
         cwd=tmp_path,
         env=env,

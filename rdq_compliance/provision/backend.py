@@ -87,6 +87,14 @@ class Server(ABC):
     #: The faults :meth:`kill`, :meth:`restart`, :meth:`pause`/:meth:`resume` and
     #: :meth:`cut_connections` support (names from :data:`FAULTS`).
     faults: frozenset[str] = frozenset()
+    #: The built-in chaos scenario the chaos suite runs on this server unless
+    #: ``--rdq-chaos-scenario`` names one: ``"standard"``, or ``"compact"`` (every fault
+    #: kind, a smaller workload) for a server too slow to drain the standard one in time.
+    chaos_scenario: str = "standard"
+    #: How many times longer than the kit's defaults the conformance suite's timed races
+    #: may run on this server (a throughput allowance for a slow server: the rules
+    #: checked are the same, only the patience grows).
+    race_time_factor: float = 1.0
 
     @abstractmethod
     def create_namespace(self) -> str:

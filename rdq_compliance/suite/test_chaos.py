@@ -9,9 +9,11 @@ reads every journal and the backend's final state and proves or refutes: the one
 rule, no lost task, reclaim only after expiry, a LEASE_EXPIRED attempt per lost
 claim, invariant H, no execution unaccounted for, fencing.
 
-``--rdq-chaos-scenario`` picks another scenario (a file, or a built-in name such as
-``soak``); ``--rdq-chaos-seed`` replays a run. The report folder of the run is kept
-in pytest's temporary directory and printed on failure.
+The scenario is the built-in one the provisioned server names (``Server.chaos_scenario``:
+``standard``, or ``compact`` — every fault kind on a smaller workload — for a server too
+slow to drain the standard one); ``--rdq-chaos-scenario`` picks another (a file, or a
+built-in name such as ``soak``); ``--rdq-chaos-seed`` replays a run. The report folder
+of the run is kept in pytest's temporary directory and printed on failure.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.rdq_requires("multi_process")]
 
 def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_factory):
     """Every checker rule holds over a whole campaign with real faults (SPEC §3)."""
-    scenario = load_scenario(pytestconfig.getoption("rdq_chaos_scenario"))
+    chosen = pytestconfig.getoption("rdq_chaos_scenario")
+    scenario = load_scenario(chosen or rdq_session.server.chaos_scenario)
     seed = pytestconfig.getoption("rdq_chaos_seed")
     if seed is not None:
         scenario = scenario.with_seed(seed)

@@ -64,11 +64,13 @@ def test_threads_never_share_a_claim(rdq_storage, rdq_connect):
 
 
 @pytest.mark.rdq_requires("multi_process")
-def test_processes_never_share_a_claim(rdq_storage, rdq_spec):
+def test_processes_never_share_a_claim(rdq_storage, rdq_spec, rdq_server):
     """Rule one-claim: 4 OS processes (spawned, each opening the storage itself) start
     together and race to claim and complete 1200 due tasks with small random limits;
-    every task is claimed exactly once and ends SUCCEEDED with exactly one attempt."""
+    every task is claimed exactly once and ends SUCCEEDED with exactly one attempt. The
+    race may take ``Server.race_time_factor`` times the usual deadline (a slow server)."""
     processes, tasks = 4, 4 * 300
+    race_deadline_s = RACE_DEADLINE_S * max(1.0, float(rdq_server.race_time_factor))
     ids = [enqueue(rdq_storage, Q) for _ in range(tasks)]
     ctx = multiprocessing.get_context("spawn")
     start = ctx.Barrier(processes)
@@ -76,7 +78,7 @@ def test_processes_never_share_a_claim(rdq_storage, rdq_spec):
     procs = [
         ctx.Process(
             target=concurrency.process_claim_worker,
-            args=(rdq_spec, Q, i, 2000 + i, 5, LONG_LEASE, RACE_DEADLINE_S, tasks, start, results),
+            args=(rdq_spec, Q, i, 2000 + i, 5, LONG_LEASE, race_deadline_s, tasks, start, results),
             name=f"rdq-race-{i}",
             daemon=True,
         )
@@ -85,7 +87,7 @@ def test_processes_never_share_a_claim(rdq_storage, rdq_spec):
     for p in procs:
         p.start()
     reports: list[WorkerReport] = []
-    deadline = time.monotonic() + RACE_DEADLINE_S + 30
+    deadline = time.monotonic() + race_deadline_s + 30
     try:
         while len(reports) < processes and time.monotonic() < deadline:
             try:

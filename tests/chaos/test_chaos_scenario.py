@@ -34,6 +34,27 @@ def test_standard_suite_meets_the_bar():
     assert s.limits.deadline < 180
 
 
+def test_compact_suite_keeps_every_fault_kind_of_the_standard_one():
+    """The compact scenario (for servers too slow for the standard one) is smaller but
+    injects every fault kind the standard one does, and keeps poison tasks, so a run still
+    goes redrive -> lease expiry -> reclaim."""
+    standard, compact = load_scenario(STANDARD), load_scenario("compact")
+    assert compact.workload.tasks < standard.workload.tasks
+    assert compact.workers.count < standard.workers.count
+    kinds = ("after_claim", "in_handler", "before_report", "after_report", "random")
+    assert all(compact.faults.sigkill.get(p, 0) > 0 for p in kinds)
+    assert compact.faults.pauses > 0 and compact.faults.pause_factor[0] > 1
+    assert compact.faults.server_restarts == 1 and compact.faults.connection_cuts >= 1
+    assert compact.faults.redrive_interval
+    (poison,) = [h for h in compact.workload.handlers if h.name == "poison"]
+    assert poison.abandon and poison.times > compact.workers.max_attempts
+    share = poison.weight / sum(h.weight for h in compact.workload.handlers)
+    assert share * compact.workload.tasks >= 5
+    assert (STANDARD.parent / "compact.toml").read_text() == (
+        Path(load_scenario("compact").source).read_text()
+    )
+
+
 def test_shipped_scenarios_load():
     for path in [SMOKE, *sorted((STANDARD.parent).glob("*.toml"))]:
         s = load_scenario(path)

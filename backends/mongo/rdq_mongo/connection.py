@@ -1,0 +1,160 @@
+"""Opening a pymongo client from a URI, once per process (storage half).
+
+**URI.** ``mongodb://[user:password@]host[:port][,host…]/[?options]`` or
+``mongodb+srv://…``, as pymongo reads it, plus one query parameter of rdq's own, removed
+before pymongo sees the URI:
+
+- ``rdq_claim_write=auto|find_and_modify|update_then_read`` (default ``auto``): how a
+  claim's guarded atomic write is done (:mod:`rdq_mongo.storage`); ``auto`` picks
+  ``find_and_modify`` on MongoDB and ``update_then_read`` on SecantusDB.
+
+**Every client** is opened with ``w="majority"``, ``j=True`` (a write is acknowledged only
+once it is journaled on a majority), ``retryWrites=True`` (see :mod:`rdq_mongo.errors` for
+what a lost reply means), ``readConcernLevel="majority"`` and a primary read preference,
+and timeouts that make a dead or paused server a prompt ``BackendUnavailable``
+(:data:`SERVER_SELECTION_TIMEOUT_MS`, :data:`CONNECT_TIMEOUT_MS`,
+:data:`SOCKET_TIMEOUT_MS`), unless the URI sets them itself. The application name is
+``rdq:<namespace>``.
+
+**Fork safety.** pymongo's clients are not fork-safe: :class:`ClientSource` opens its
+client lazily in the process that first uses it and a new one in a forked child.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pymongo
+
+from rdq_core.errors import BackendUnavailable, InvalidArgument
+from rdq_mongo.errors import mask_uri
+
+#: Milliseconds to find a usable server before "nothing was done".
+SERVER_SELECTION_TIMEOUT_MS = 5_000
+#: Milliseconds to open a TCP connection.
+CONNECT_TIMEOUT_MS = 5_000
+#: Milliseconds to wait for a reply before the call's outcome counts as unknown.
+SOCKET_TIMEOUT_MS = 10_000
+CLAIM_WRITES = ("auto", "find_and_modify", "update_then_read")
+#: A namespace is a database name: what :func:`namespace_name` accepts.
+NAMESPACE_RE = re.compile(r"[A-Za-z0-9_-]{1,63}")
+
+
+def namespace_name(value: object) -> str:
+    """A namespace (database name) checked: 1 to 63 of ``[A-Za-z0-9_-]``."""
+    if not isinstance(value, str) or not NAMESPACE_RE.fullmatch(value):
+        raise InvalidArgument(
+            f"invalid mongo namespace {value!r}: a database name of 1 to 63 letters, "
+            "digits, '_' or '-'"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Target:
+    """A URI taken apart: the URI for pymongo and rdq's own options."""
+
+    uri: str
+    claim_write: str = "auto"
+
+    @property
+    def masked(self) -> str:
+        return mask_uri(self.uri)
+
+
+def parse_uri(uri: str) -> Target:
+    """Split rdq's query parameter (``rdq_claim_write``) off ``uri``."""
+    if not isinstance(uri, str) or not uri.startswith(("mongodb://", "mongodb+srv://")):
+        raise InvalidArgument(
+            f"invalid mongo URI {mask_uri(uri) if isinstance(uri, str) else uri!r}: expected "
+            "mongodb://host:port/?options (or mongodb+srv://)"
+        )
+    parts = urlsplit(uri)
+    query, claim_write = [], "auto"
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "rdq_claim_write":
+            if value not in CLAIM_WRITES:
+                raise InvalidArgument(
+                    f"mongo URI option rdq_claim_write={value!r}: expected one of "
+                    f"{', '.join(CLAIM_WRITES)}"
+                )
+            claim_write = value
+        elif key.startswith("rdq_"):
+            raise InvalidArgument(
+                f"unknown rdq option {key!r} in the mongo URI: the only one is rdq_claim_write"
+            )
+        else:
+            query.append((key, value))
+    clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
+    return Target(clean, claim_write)
+
+
+def _defaults(uri: str) -> dict[str, Any]:
+    """Client options rdq sets unless the URI sets them."""
+    given = {key.lower() for key, _ in parse_qsl(urlsplit(uri).query)}
+    wanted = {
+        "serverSelectionTimeoutMS": SERVER_SELECTION_TIMEOUT_MS,
+        "connectTimeoutMS": CONNECT_TIMEOUT_MS,
+        "socketTimeoutMS": SOCKET_TIMEOUT_MS,
+    }
+    return {k: v for k, v in wanted.items() if k.lower() not in given}
+
+
+def open_client(target: Target, app_name: str) -> pymongo.MongoClient:
+    """A client with rdq's write concern, read concern and timeouts (nothing is sent yet)."""
+    try:
+        return pymongo.MongoClient(
+            target.uri,
+            appname=app_name,
+            w="majority",
+            journal=True,
+            retryWrites=True,
+            readConcernLevel="majority",
+            readPreference="primary",
+            connect=False,
+            **_defaults(target.uri),
+        )
+    except (pymongo.errors.ConfigurationError, ValueError, TypeError) as exc:
+        raise InvalidArgument(f"mongo URI {target.masked}: {exc}") from None
+
+
+class ClientSource:
+    """The client of one process, opened on first use (a forked child opens its own)."""
+
+    def __init__(self, uri: str, app_name: str) -> None:
+        self.target = parse_uri(uri)
+        self.app_name = app_name
+        self._lock = threading.Lock()
+        self._client: pymongo.MongoClient | None = None
+        self._pid = os.getpid()
+        self._closed = False
+
+    @property
+    def where(self) -> str:
+        return f"mongo {self.target.masked}"
+
+    def get(self) -> pymongo.MongoClient:
+        if self._pid != os.getpid():  # inherited through fork: never touch the parent's
+            self._lock = threading.Lock()
+            self._client, self._pid = None, os.getpid()
+        client = self._client
+        if client is not None:
+            return client
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailable(f"{self.where}: the storage was closed")
+            if self._client is None:
+                self._client = open_client(self.target, self.app_name)
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None and self._pid == os.getpid():
+            client.close()

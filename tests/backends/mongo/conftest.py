@@ -1,0 +1,43 @@
+"""Fixtures for the MongoDB backend's own tests.
+
+The server is ``RDQ_MONGO_DSN`` when set, else a private server from the local rung
+(``mongod`` if installed, else SecantusDB) started once for the session. When none can
+be had, every test here is skipped with the reason (a failure under ``CI=true``).
+``_mongo_variants`` is made importable here, whatever the ``--import-mode``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from rdq_mongo.plugin import backend  # noqa: E402
+from rdq_mongo.server import MongoServer  # noqa: E402
+
+from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable  # noqa: E402
+from rdq_core.errors import BackendUnavailable  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServer]:
+    dsn = os.environ.get("RDQ_MONGO_DSN")
+    try:
+        if dsn:
+            server: MongoServer = MongoServer(dsn)
+        else:
+            request = ProvisionRequest(workdir=tmp_path_factory.mktemp("mongo-local"))
+            server = backend.start_local_server(request)  # type: ignore[assignment]
+    except (ProvisionUnavailable, BackendUnavailable) as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"no MongoDB server for the mongo tests (CI is set): {exc}")
+        pytest.skip(f"no MongoDB server for the mongo tests: {exc}")
+    yield server
+    server.close()
