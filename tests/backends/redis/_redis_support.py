@@ -10,13 +10,13 @@ import os
 import shutil
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
+import _tcp_proxy
 import pytest
 import redis
 from rdq_redis.local import LocalRedisServer
@@ -83,72 +83,11 @@ def free_port(*, bus: bool = False) -> int:
 # ---- a proxy that loses replies -----------------------------------------------------------
 
 
-class ReplyLosingProxy:
-    """A loopback TCP proxy to ``host:port``. ``drop_next_reply()`` makes it forward the
-    next request as usual but close the client's connection instead of passing the reply
-    on (the server acted, the caller never learns it); ``hold_replies(seconds)`` delays
-    every reply (a caller with a shorter timeout gives up while the server has acted)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self._listener = socket.socket()
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(16)
-        self.port = self._listener.getsockname()[1]
-        self._drop = threading.Event()
-        self.hold = 0.0
-        self.dropped = 0
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="rdq-proxy").start()
-
-    def drop_next_reply(self) -> None:
-        self._drop.set()
-
-    def hold_replies(self, seconds: float) -> None:
-        self.hold = seconds
+class ReplyLosingProxy(_tcp_proxy.ReplyLosingProxy):
+    """The shared reply-losing proxy (:mod:`_tcp_proxy`), with the DSN of a Redis behind it."""
 
     def dsn(self, db: int = 0) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            for src, dst, replies in ((client, upstream, False), (upstream, client, True)):
-                threading.Thread(
-                    target=self._pump, args=(src, dst, replies), daemon=True
-                ).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if replies and self._drop.is_set():
-                    self._drop.clear()
-                    self.dropped += 1
-                    break
-                if replies and self.hold:
-                    time.sleep(self.hold)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                with contextlib.suppress(OSError):
-                    s.close()
-
-    def close(self) -> None:
-        self._closed = True
-        with contextlib.suppress(OSError):
-            self._listener.close()
 
 
 # ---- a cluster ------------------------------------------------------------------------------
