@@ -8,6 +8,8 @@ does so only for a request whose bytes satisfy the predicate (so a driver's back
 traffic — heartbeats on other connections, say — is not what gets dropped), and
 ``count=N`` drops that many replies in a row. ``hold_replies(seconds)`` delays every
 reply (a caller with a shorter timeout gives up while the server has acted).
+``rewrite`` (bytes -> bytes), when set, is applied to every request chunk before it is
+forwarded (a test may make the server see something else than the caller sent).
 ``refuse()`` closes new connections at once (the server looks down from the caller).
 """
 
@@ -38,6 +40,7 @@ class ReplyLosingProxy:
         self._to_drop = 0
         self._when: Predicate | None = None
         self.hold = 0.0
+        self.rewrite: Callable[[bytes], bytes] | None = None
         #: replies dropped so far, and the requests whose replies they were
         self.dropped = 0
         self.dropped_requests: list[bytes] = []
@@ -110,6 +113,8 @@ class ReplyLosingProxy:
                 if not data:
                     break
                 if not replies:
+                    if self.rewrite is not None:
+                        data = self.rewrite(data)
                     last[0] = data
                 elif self._take_drop(last[0]):
                     break

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pymongo
+from pymongo import monitoring
 
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 from rdq_mongo.errors import mask_uri
@@ -43,14 +44,31 @@ SOCKET_TIMEOUT_MS = 10_000
 CLAIM_WRITES = ("auto", "find_and_modify", "update_then_read")
 #: A namespace is a database name: what :func:`namespace_name` accepts.
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9_-]{1,63}")
+#: MongoDB's own databases: never a namespace (dropping one would drop the server's).
+RESERVED_DATABASES = frozenset({"admin", "local", "config"})
+#: Client options rdq_mongo sets itself, with the only value a URI may repeat.
+OWN_OPTIONS = {
+    "w": "majority",
+    "journal": "true",
+    "retrywrites": "true",
+    "readconcernlevel": "majority",
+    "readpreference": "primary",
+}
 
 
 def namespace_name(value: object) -> str:
-    """A namespace (database name) checked: 1 to 63 of ``[A-Za-z0-9_-]``."""
+    """A namespace (database name) checked: 1 to 63 of ``[A-Za-z0-9_-]``, not one of
+    MongoDB's own databases (:data:`RESERVED_DATABASES`, in any case: MongoDB refuses
+    database names that differ only in case)."""
     if not isinstance(value, str) or not NAMESPACE_RE.fullmatch(value):
         raise InvalidArgument(
             f"invalid mongo namespace {value!r}: a database name of 1 to 63 letters, "
             "digits, '_' or '-'"
+        )
+    if value.lower() in RESERVED_DATABASES:
+        raise InvalidArgument(
+            f"invalid mongo namespace {value!r}: {value.lower()!r} is one of MongoDB's own "
+            f"databases ({', '.join(sorted(RESERVED_DATABASES))}); choose another name"
         )
     return value
 
@@ -90,8 +108,43 @@ def parse_uri(uri: str) -> Target:
             )
         else:
             query.append((key, value))
+    for key, value in query:
+        wanted = OWN_OPTIONS.get(key.lower())
+        if wanted is not None and value.strip().lower() != wanted:
+            raise InvalidArgument(
+                f"mongo URI option {key}={value!r}: rdq_mongo sets it itself ({key}={wanted}, "
+                "what its guarantees rest on); remove it from the URI"
+            )
     clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
+    _validate(clean)
     return Target(clean, claim_write)
+
+
+def _validate(uri: str) -> None:
+    """Refuse what pymongo would only warn about and ignore (an unknown option, a bad
+    value: ``tls=maybe`` would connect without TLS) or refuse later (a bad host or port).
+    An ``mongodb+srv://`` URI is checked without its DNS lookup."""
+    try:
+        from pymongo.uri_parser_shared import _validate_uri  # pymongo >= 4.13
+
+        _validate_uri(uri, warn=False, normalize=True)
+    except ImportError:  # pragma: no cover - older pymongo: the public parser
+        if uri.startswith("mongodb://"):
+            try:
+                pymongo.uri_parser.parse_uri(uri, warn=False)
+            except (pymongo.errors.ConfigurationError, ValueError) as exc:
+                raise _bad_uri(uri, exc) from None
+    except (pymongo.errors.ConfigurationError, ValueError, TypeError) as exc:
+        raise _bad_uri(uri, exc) from None
+
+
+def _bad_uri(uri: str, exc: BaseException) -> InvalidArgument:
+    text = str(exc).strip().split(". Did you mean")[0]
+    return InvalidArgument(
+        f"invalid mongo URI {mask_uri(uri)}: {text}; expected "
+        "mongodb://[user:password@]host[:port][,host...]/[?options] with the options of "
+        "https://www.mongodb.com/docs/manual/reference/connection-string/"
+    )
 
 
 def _defaults(uri: str) -> dict[str, Any]:
@@ -105,11 +158,42 @@ def _defaults(uri: str) -> dict[str, Any]:
     return {k: v for k, v in wanted.items() if k.lower() not in given}
 
 
-def open_client(target: Target, app_name: str) -> pymongo.MongoClient:
+class NetworkErrors(monitoring.CommandListener):
+    """Counts, per thread, the commands that failed on the network (a connection lost or
+    no reply in time): a write that pymongo retried after one may have been applied by
+    its first try, which a server that does not deduplicate retries does not say
+    (:meth:`rdq_mongo.storage.MongoStorage._claim_one`)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def count(self) -> int:
+        """Network failures seen so far by this thread."""
+        return int(getattr(self._local, "n", 0))
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        failure = event.failure if isinstance(event.failure, dict) else {}
+        if failure.get("errtype") in _NETWORK_ERRORS:
+            self._local.n = self.count() + 1
+
+
+_NETWORK_ERRORS = frozenset({"AutoReconnect", "NetworkTimeout", "ConnectionFailure"})
+
+
+def open_client(
+    target: Target, app_name: str, *, listener: NetworkErrors | None = None
+) -> pymongo.MongoClient:
     """A client with rdq's write concern, read concern and timeouts (nothing is sent yet)."""
     try:
         return pymongo.MongoClient(
             target.uri,
+            event_listeners=[listener] if listener is not None else [],
             appname=app_name,
             w="majority",
             journal=True,
@@ -133,6 +217,8 @@ class ClientSource:
         self._client: pymongo.MongoClient | None = None
         self._pid = os.getpid()
         self._closed = False
+        #: network failures of this source's commands, per thread
+        self.network_errors = NetworkErrors()
 
     @property
     def where(self) -> str:
@@ -149,7 +235,7 @@ class ClientSource:
             if self._closed:
                 raise BackendUnavailable(f"{self.where}: the storage was closed")
             if self._client is None:
-                self._client = open_client(self.target, self.app_name)
+                self._client = open_client(self.target, self.app_name, listener=self.network_errors)
             return self._client
 
     def close(self) -> None:

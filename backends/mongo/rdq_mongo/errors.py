@@ -14,18 +14,20 @@ No pymongo exception leaves rdq_mongo. Everything it raises becomes
 resends a single-document write once after a network error, and MongoDB recognises the
 retry by its session and transaction number and answers with the first execution's
 result instead of running it again — so a claim or an outcome whose first reply was lost
-is applied exactly once. When the retry fails too, the caller gets ``BackendUnavailable``
-(outcome unknown) and retries with the same token. rdq_mongo does not rely on the server
-deduplicating that second retry (nor on a server such as SecantusDB doing it at all):
-every outcome appends an attempt that carries the claim's token, so a report whose token
-no longer matches is checked against the history — if the last attempt was written by
-this very token with this very outcome, the earlier try took effect and the call returns
-as a success; otherwise it is ``StaleClaim`` (:mod:`rdq_mongo.storage`); an enqueue finds
-its own document by the nonce it stored. A *claim* write retried on a server that does
-not deduplicate retries, whose first try applied, finds its guard no longer true and
-counts as a race lost: that claim is lost to its caller (no one holds the token), and the
-task is reclaimed when the lease ends, with the LEASE_EXPIRED attempt that says so —
-one lease of delay, never two holders.
+is applied exactly once. (SecantusDB 0.7 deduplicates such retries too: measured through
+a reply-losing proxy, ``tests/backends/mongo/test_mongo_reply_lost.py``.) rdq_mongo does
+not rely on the server deduplicating (the same tests run with the retry made to look
+new): every outcome call appends an attempt carrying a nonce of *that call*, so when the
+driver's retry finds its fence no longer true and the last attempt bears the call's own
+nonce, the first try took effect and the call returns as a success; an enqueue finds its
+own document by the nonce it stored; a claim whose retry matched nothing after a
+network error reads the task back by the claim's fresh token and returns the claim if
+the first try applied (never a task held by a token nobody has).
+
+When the retry fails too, the caller gets ``BackendUnavailable`` (outcome unknown). The
+caller's own retry is a *new* call: if the first took effect it is ``StaleClaim`` (the
+token is no longer current, as the SPI demands of a repeated outcome) and the caller
+settles it by reading the history — as :class:`rdq_core.worker.Worker` does.
 
 ``DuplicateKeyError`` never reaches this module (enqueue handles it); any other
 ``OperationFailure`` is a bug in rdq_mongo or a server that does not speak the subset it

@@ -344,17 +344,25 @@ class MongoStorage(Storage):
     def _claim_one(
         self, db: Db, write: str, task_id: str, queue: str, now_us: int, lease_us: int
     ) -> Claim | None:
-        """The guarded atomic write of one claim; ``None`` if a competitor was first."""
+        """The guarded atomic write of one claim; ``None`` if a competitor was first.
+
+        A write that matched nothing after pymongo retried it (its first try's reply was
+        lost) may have been applied by that first try, on a server that does not
+        deduplicate retries: then the task carries this call's fresh token, read back by
+        it, and the claim is returned — never left held by a token nobody has."""
         tasks = db[schema.TASKS]
         token = secrets.token_hex(16)
         guard = updates.claim_guard(task_id, queue, now_us)
         update = self._claim_pipeline(token, now_us, lease_us)
+        errors_before = self._source.network_errors.count()
         if write == FIND_AND_MODIFY:
             doc = tasks.find_one_and_update(guard, update, return_document=ReturnDocument.AFTER)
-            return None if doc is None else documents.claim(doc)
-        if not tasks.update_one(guard, update).matched_count:
-            return None  # a competitor was first
-        doc = tasks.find_one({"_id": task_id, "token": token})
+        elif tasks.update_one(guard, update).matched_count:
+            doc = tasks.find_one({"_id": task_id, "token": token})
+        else:
+            doc = None
+        if doc is None and self._source.network_errors.count() != errors_before:
+            doc = tasks.find_one({"_id": task_id, "token": token})  # our first try applied?
         return None if doc is None else documents.claim(doc)
 
     def _claim_pipeline(self, token: str, now_us: int, lease_us: int) -> updates.Pipeline:

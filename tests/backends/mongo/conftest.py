@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ if HERE not in sys.path:
 
 from rdq_mongo.plugin import backend  # noqa: E402
 from rdq_mongo.server import MongoServer  # noqa: E402
+from rdq_mongo.storage import MongoStorage  # noqa: E402
 
 from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable  # noqa: E402
 from rdq_core.errors import BackendUnavailable  # noqa: E402
@@ -41,3 +43,26 @@ def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServ
         pytest.skip(f"no MongoDB server for the mongo tests: {exc}")
     yield server
     server.close()
+
+
+@pytest.fixture
+def namespace(mongo_server: MongoServer) -> Iterator[str]:
+    ns = mongo_server.create_namespace()
+    yield ns
+    mongo_server.drop_namespace(ns)
+
+
+@pytest.fixture
+def connect(mongo_server: MongoServer, namespace: str) -> Iterator[Callable[..., MongoStorage]]:
+    """Open storages on the test's namespace (``uri=`` another address or options of the
+    server; keyword arguments as for MongoStorage); all closed afterwards."""
+    opened: list[MongoStorage] = []
+
+    def open_(uri: str | None = None, **kwargs: Any) -> MongoStorage:
+        storage = MongoStorage(uri or mongo_server.dsn, namespace, **kwargs)
+        opened.append(storage)
+        return storage
+
+    yield open_
+    for storage in opened:
+        storage.close()

@@ -1,0 +1,157 @@
+"""A reply lost after the server acted (a TCP proxy forwards the request and drops the
+reply, :mod:`_tcp_proxy`): a ``complete`` retried by the driver succeeds exactly once, an
+enqueue retried is idempotent, a claim either returns the claim or reports unavailable
+— never two live claims, never a claim held by a token nobody has — and the chaos
+journal records a reply lost for good as unknown (``info``).
+
+Each case runs twice: on the server as it is (SecantusDB, like MongoDB, deduplicates a
+retried write by its session and transaction number) and through
+:class:`_mongo_support.ForgetRetries`, which makes the retry reach the server as a new
+write — a server that does not deduplicate; there rdq_mongo's own nonces decide.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from _mongo_support import ForgetRetries, command, proxy_for, proxy_uri
+from rdq_mongo import schema
+from rdq_mongo.storage import FIND_AND_MODIFY, UPDATE_THEN_READ
+
+from rdq_compliance.chaos.events import Journal
+from rdq_compliance.chaos.journal_observer import JournalObserver
+from rdq_core.errors import BackendUnavailable, StaleClaim
+from rdq_core.model import NewTask, Outcome, Status
+from rdq_core.worker import Worker
+
+LEASE = timedelta(minutes=1)
+
+
+@pytest.fixture
+def proxy(mongo_server):
+    p = proxy_for(mongo_server.dsn)
+    yield p
+    p.close()
+
+
+@pytest.fixture(params=["deduplicating", "forgetful"])
+def via(request, proxy, mongo_server, connect):
+    """A storage through the proxy; ``forgetful``: retries reach the server as new writes."""
+    forget = ForgetRetries() if request.param == "forgetful" else None
+    proxy.rewrite = forget
+
+    def open_(**kwargs):
+        storage = connect(proxy_uri(proxy, mongo_server.dsn), **kwargs)
+        storage.stats("warm")  # indexes, flavour: the first call's own writes are done
+        return storage
+
+    open_.forget = forget
+    return open_
+
+
+def _retried(via) -> None:
+    if via.forget is not None:
+        assert via.forget.rewritten >= 1, "the retry was not made to look new"
+
+
+def test_a_complete_whose_first_reply_is_lost_succeeds_exactly_once(via, proxy):
+    storage = via()
+    storage.enqueue(NewTask("t", "q", "h"))
+    claim = storage.claim_due("q", 1, LEASE)[0]
+    proxy.drop_next_reply(when=command("update"))
+    storage.complete("t", claim.token)  # the driver's retry found it done
+    assert proxy.dropped == 1
+    _retried(via)
+    task = storage.get("t")
+    assert task.status is Status.SUCCEEDED
+    assert [a.outcome for a in task.attempts] == [Outcome.SUCCESS]
+    with pytest.raises(StaleClaim):
+        storage.complete("t", claim.token)
+
+
+def test_a_complete_whose_replies_are_all_lost_is_unknown_then_fenced(via, proxy):
+    storage = via()
+    storage.enqueue(NewTask("t", "q", "h"))
+    claim = storage.claim_due("q", 1, LEASE)[0]
+    proxy.drop_next_reply(when=command("update"), count=2)  # the first try and the retry
+    with pytest.raises(BackendUnavailable, match=r"lost the connection.*outcome is unknown"):
+        storage.complete("t", claim.token)
+    assert proxy.dropped == 2
+    task = storage.get("t")  # the server did act, once
+    assert task.status is Status.SUCCEEDED
+    assert [a.outcome for a in task.attempts] == [Outcome.SUCCESS]
+    with pytest.raises(StaleClaim):  # the caller's retry is fenced and changes nothing
+        storage.complete("t", claim.token)
+    assert storage.get("t") == task
+
+
+def test_an_enqueue_whose_reply_is_lost_is_idempotent(via, proxy, mongo_server, namespace):
+    storage = via()
+    proxy.drop_next_reply(when=command("insert"))
+    assert storage.enqueue(NewTask("t", "q", "h", b"p")) is True  # its own insert, found
+    assert proxy.dropped == 1
+    _retried(via)
+    assert storage.enqueue(NewTask("t", "q", "h", b"p")) is False  # a real duplicate
+    assert storage.stats("q").pending == 1
+    client = mongo_server._admin()
+    assert client[namespace][schema.TASKS].count_documents({"_id": "t"}) == 1
+
+
+@pytest.mark.parametrize("write", [UPDATE_THEN_READ, FIND_AND_MODIFY])
+def test_a_claim_whose_reply_is_lost_is_returned_or_unavailable_never_lost(via, proxy, write):
+    storage = via(claim_write=write)
+    other = via(claim_write=write)
+    storage.enqueue(NewTask("t", "q", "h"))
+    name = "update" if write == UPDATE_THEN_READ else "findAndModify"
+    proxy.drop_next_reply(when=command(name))
+    try:
+        claims = storage.claim_due("q", 1, LEASE)
+    except BackendUnavailable as exc:
+        assert "outcome is unknown" in str(exc)
+        claims = None
+    assert proxy.dropped == 1
+    _retried(via)
+    task = storage.get("t")
+    assert task.status is Status.IN_FLIGHT and task.attempts == ()
+    if claims is not None:
+        assert [c.task_id for c in claims] == ["t"], (
+            "the claim was applied but not returned: its task is held by a token nobody has"
+        )
+        storage.extend_lease("t", claims[0].token, LEASE)  # the returned token is the live one
+    assert other.claim_due("q", 1, LEASE) == []  # never a second live claim
+    if claims is not None:
+        storage.complete("t", claims[0].token)
+        assert storage.get("t").status is Status.SUCCEEDED
+
+
+def test_a_lost_reply_is_journaled_as_info_and_the_worker_settles_it(via, proxy, tmp_path):
+    """The worker's report of a complete whose replies were all lost: the journal says
+    ``info`` (unknown), the worker's retry is refused as stale and settled by reading the
+    history, which shows the first try took effect, once."""
+    storage = via()
+    storage.enqueue(NewTask("job", "q", "h"))
+    path = tmp_path / "w0.jsonl"
+    journal = Journal(path, "w0")
+
+    def handler(ctx: object) -> None:
+        proxy.drop_next_reply(when=command("update"), count=2)  # the complete, and its retry
+
+    worker = Worker(
+        storage,
+        "q",
+        {"h": handler},
+        observer=JournalObserver(journal),
+        lease=timedelta(seconds=10),
+        poll_interval=timedelta(milliseconds=20),
+    )
+    assert worker.run_once() == 1
+    journal.close()
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    reports = [(e["type"], e.get("error")) for e in events if e["op"] == "complete"]
+    assert reports[:2] == [("invoke", None), ("info", "unavailable")], reports
+    assert proxy.dropped == 2
+    task = storage.get("job")
+    assert task.status is Status.SUCCEEDED
+    assert [a.outcome for a in task.attempts] == [Outcome.SUCCESS]
