@@ -34,7 +34,7 @@ from rdq_compliance.provision.backend import (
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
 from rdq_compliance.provision.ports import free_port
 from rdq_mongo.local import REPLICA_SET, Readiness
-from rdq_mongo.options import CONTAINER_OPTIONS, MONGO_IMAGE, MONGO_START_TIMEOUT
+from rdq_mongo.options import CONTAINER_OPTIONS, MONGO_IMAGE, MONGO_START_TIMEOUT, check_known
 from rdq_mongo.server import MongoServer
 
 __all__ = ["ContainerMongoServer", "start_container"]
@@ -113,6 +113,7 @@ class ContainerMongoServer(MongoServer):
 
 def start_container(request: ProvisionRequest) -> ContainerMongoServer:
     """Rung 3 of the ladder: ``ProvisionUnavailable`` at once when Docker does not answer."""
+    check_known(request.options)
     options = CONTAINER_OPTIONS.parse(request.options)
     image, timeout = options[MONGO_IMAGE], options[MONGO_START_TIMEOUT]
     reason = docker_unavailable_reason()

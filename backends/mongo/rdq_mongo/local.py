@@ -66,6 +66,7 @@ from rdq_mongo.options import (
     MONGO_BIN_DIR,
     MONGO_START_TIMEOUT,
     MONGO_SYNC_ON_COMMIT,
+    check_known,
     local_server,
 )
 from rdq_mongo.server import MongoServer
@@ -118,6 +119,9 @@ def find_server(kind: str, bin_dirs: Paths | None) -> tuple[str, Path]:
     kinds = [MONGOD, SECANTUS] if kind == "auto" else [kind]
     if bin_dirs is not None:
         dirs, use_path, hint = list(bin_dirs), False, "as given by --rdq-option mongo_bin_dir"
+        absent = [d for d in dirs if not Path(d).is_dir()]
+        if absent:
+            hint += f"; not a folder: {', '.join(absent)}"
     else:
         dirs = [*MONGO_SEARCH_DIRS, *_scripts_dirs()]
         use_path, hint = True, "PATH, the usual install folders, this Python's scripts"
@@ -362,6 +366,7 @@ class LocalMongoServer(MongoServer):
 
 def create_local(request: ProvisionRequest) -> LocalMongo:
     """Find the binary, start the server, wait until it is ready."""
+    check_known(request.options)
     options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
     kind, binary = find_server(local_server(options), options[MONGO_BIN_DIR])
     workdir = Path(request.workdir)

@@ -22,6 +22,8 @@ rung reads it, before anything is started.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rdq_compliance.provision.options import OptionValues, Paths, RungOptions, option
 from rdq_core.errors import InvalidArgument
 
@@ -35,6 +37,7 @@ __all__ = [
     "MONGO_SERVER",
     "MONGO_START_TIMEOUT",
     "MONGO_SYNC_ON_COMMIT",
+    "check_known",
     "local_server",
 ]
 
@@ -84,3 +87,15 @@ def local_server(values: OptionValues) -> str:
             f"{MONGO_SERVER.show_default()})"
         )
     return kind
+
+
+def check_known(options: Mapping[str, object]) -> None:
+    """Refuse a ``mongo_*`` key no mongo rung declares (a typo would be silently ignored:
+    the kit ignores keys a rung does not declare, since the rungs share one set)."""
+    known = {o.name for o in (*LOCAL_OPTIONS, *CONTAINER_OPTIONS)}
+    unknown = sorted(k for k in options if k.startswith("mongo_") and k not in known)
+    if unknown:
+        raise InvalidArgument(
+            f"unknown --rdq-option {', '.join(unknown)}: the mongo options are "
+            f"{', '.join(sorted(known))}"
+        )
