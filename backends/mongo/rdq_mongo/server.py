@@ -33,7 +33,7 @@ import pymongo.errors as px
 from rdq_compliance.provision.backend import Server
 from rdq_core.errors import BackendUnavailable
 from rdq_mongo import schema
-from rdq_mongo.connection import namespace_name, open_client, parse_uri
+from rdq_mongo.connection import close_client, namespace_name, open_client, parse_uri
 from rdq_mongo.errors import map_error
 from rdq_mongo.flavour import Flavour, identify
 
@@ -112,7 +112,7 @@ class MongoServer(Server):
             client, self._client = self._client, None
         if client is not None and self._pid == os.getpid():
             with contextlib.suppress(Exception):
-                client.close()
+                close_client(client)
 
     def close(self) -> None:
         """Drop the namespaces this object created that are still there; close the admin

@@ -242,7 +242,14 @@ class MongoStorage(Storage):
         """How the claim's atomic write is done here (resolves ``auto``)."""
         if self._claim_write_choice != "auto":
             return self._claim_write_choice
-        return UPDATE_THEN_READ if self.flavour().secantus else FIND_AND_MODIFY
+        return self._write_for(self.flavour())
+
+    def _write_for(self, flavour: Flavour | None) -> str:
+        """The claim write on ``flavour``; inside a call (after :meth:`_db`), without
+        asking anything, so that a failure is the call's own, named by its action."""
+        if self._claim_write_choice != "auto":
+            return self._claim_write_choice
+        return UPDATE_THEN_READ if flavour is not None and flavour.secantus else FIND_AND_MODIFY
 
     @staticmethod
     def _now_us(db: Db) -> int:
@@ -298,9 +305,9 @@ class MongoStorage(Storage):
 
     def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
         lease_us = micros_from_delta(lease)
-        write = self.claim_write
 
         def run(db: Db) -> list[Claim]:
+            write = self._write_for(self._flavour)
             claims: list[Claim] = []
             now_us = self._now_us(db)  # the claim's one instant (see the module docstring)
             for _ in range(CLAIM_ROUNDS):
@@ -370,9 +377,9 @@ class MongoStorage(Storage):
 
     def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         lease_us = micros_from_delta(lease)
-        write = self.claim_write
 
         def run(db: Db) -> datetime:
+            write = self._write_for(self._flavour)
             tasks = db[schema.TASKS]
             guard = updates.fenced(task_id, token)
             update = updates.extend_update(lease_us)
