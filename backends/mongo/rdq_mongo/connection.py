@@ -16,6 +16,13 @@ and timeouts that make a dead or paused server a prompt ``BackendUnavailable``
 :data:`SOCKET_TIMEOUT_MS`), unless the URI sets them itself. The application name is
 ``rdq:<namespace>``.
 
+**Checked before anything is sent** (:func:`parse_uri`, ``InvalidArgument``): the URI's
+syntax, hosts, ports and every option with pymongo's own validator — pymongo itself only
+*warns* about an unknown option or a bad value and then ignores it (``tls=maybe`` would
+connect without TLS); and the options of :data:`OWN_OPTIONS` with any value other than
+rdq's, which it would silently override (``w=1``, ``retryWrites=false``,
+``readPreference=secondary`` ...): rdq_mongo's guarantees rest on them.
+
 **Fork safety.** pymongo's clients are not fork-safe: :class:`ClientSource` opens its
 client lazily in the process that first uses it and a new one in a forked child.
 """
