@@ -3,7 +3,9 @@
 The server is ``RDQ_MONGO_DSN`` when set, else a private server from the local rung
 (``mongod`` if installed, else SecantusDB) started once for the session. When none can
 be had, every test here is skipped with the reason (a failure under ``CI=true``).
-``_mongo_variants`` is made importable here, whatever the ``--import-mode``.
+``namespace`` is a fresh namespace of that server per test, ``connect`` opens storages on
+it (closed afterwards). ``_mongo_variants`` and ``_mongo_support`` are made importable
+here, whatever the ``--import-mode``.
 """
 
 from __future__ import annotations
