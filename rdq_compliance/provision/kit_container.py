@@ -11,8 +11,9 @@ removes every container and volume with this container's owner label when the ki
 process dies, SIGKILL included.
 
 **Labels.** Every container and volume the kit creates carries ``rdq.kit=1``
-(:data:`KIT_LABEL`) and ``rdq.owner=<random id>`` (:data:`OWNER_LABEL`), so
-``docker ps --filter label=rdq.kit`` lists them all.
+(:data:`KIT_LABEL`), ``rdq.owner=<random id>`` (:data:`OWNER_LABEL`, what its reaper
+removes) and ``rdq.pid=<the kit process>`` (:data:`PID_LABEL`), so ``docker ps --filter
+label=rdq.kit`` lists them all.
 
 **Network modes** (:data:`NETWORK_MODES`, the ``*_network`` rung option; ``auto``, the
 default, is ``host`` on an engine without a ``bridge`` network, else ``published``):
@@ -59,6 +60,7 @@ __all__ = [
     "NETWORK_MODES",
     "NETWORK_PUBLISHED",
     "OWNER_LABEL",
+    "PID_LABEL",
     "ContainerSpec",
     "KitContainer",
     "check_network_mode",
@@ -70,6 +72,7 @@ __all__ = [
 
 KIT_LABEL = "rdq.kit"
 OWNER_LABEL = "rdq.owner"
+PID_LABEL = "rdq.pid"
 NETWORK_HOST = "host"
 NETWORK_PUBLISHED = "published"
 NETWORK_AUTO = "auto"
@@ -207,7 +210,7 @@ class KitContainer:
             self.network = NETWORK_PUBLISHED if bridged else NETWORK_HOST
         self.host_port = free_port()
         self.volume = f"rdq-{owner}"
-        labels = {KIT_LABEL: "1", OWNER_LABEL: owner}
+        labels = {KIT_LABEL: "1", OWNER_LABEL: owner, PID_LABEL: str(os.getpid())}
         client.volumes.create(name=self.volume, labels=labels)
         if self.network == NETWORK_HOST:
             bind, port = "127.0.0.1", self.host_port
