@@ -185,3 +185,82 @@ def test_a_bad_network_mode_is_refused_before_anything_starts(tmp_path: Path) ->
         with pytest.raises(InvalidArgument, match=rf"^--rdq-option {option}_network='bridge'"):
             load_backend(backend).start_container(request)
         assert time.monotonic() - began < 1
+
+
+def _answers(server: str, dsn: str) -> bool:
+    """Whether the server at ``dsn`` answers within about a second."""
+    if server == "postgres":
+        import psycopg
+
+        try:
+            psycopg.connect(dsn, connect_timeout=1).close()
+        except psycopg.Error:
+            return False
+        return True
+    if server == "redis":
+        import redis
+
+        client = redis.Redis.from_url(dsn, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            client.close()
+    import pymongo
+    import pymongo.errors
+
+    mongo: pymongo.MongoClient = pymongo.MongoClient(
+        dsn, serverSelectionTimeoutMS=1000, connectTimeoutMS=1000, socketTimeoutMS=1000
+    )
+    try:
+        mongo.admin.command("ping")
+    except pymongo.errors.PyMongoError:
+        return False
+    finally:
+        mongo.close()
+    return True
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+def test_container_faults_kill_restart_keep_data_and_pause(server: str, tmp_path: Path) -> None:
+    """``docker kill`` takes the server down; a restart of the same container brings it
+    back on the same address with the data kept; ``docker pause`` freezes it (no answer)
+    until resumed."""
+    _require_image(server)
+    from rdq_compliance.provision.backend import ProvisionRequest
+    from rdq_compliance.registry import load_backend
+    from rdq_core.model import NewTask
+
+    backend = load_backend(SERVERS[server][0])
+    _, hide, image_option, _ = SERVERS[server]
+    options = {hide: HIDDEN, image_option: _image(server)}
+    began = time.monotonic()
+    provisioned = backend.provision(ProvisionRequest(workdir=tmp_path, options=options))
+    started = time.monotonic() - began
+    try:
+        assert provisioned.origin.startswith(f"container {_image(server)} ("), provisioned.origin
+        assert "127.0.0.1:" in provisioned.origin
+        namespace = provisioned.create_namespace()
+        storage = backend.open(provisioned.dsn, namespace)
+        try:
+            assert storage.enqueue(NewTask(id="kept", queue="q", handler="h", payload=b"x"))
+        finally:
+            storage.close()
+        provisioned.kill()
+        assert not _answers(server, provisioned.dsn), "the server answers after docker kill"
+        provisioned.restart()
+        storage = backend.open(provisioned.dsn, namespace)
+        try:
+            assert storage.get("kept").payload == b"x", "the restart lost the data"
+        finally:
+            storage.close()
+        provisioned.pause()
+        try:
+            assert not _answers(server, provisioned.dsn), "a paused server answered"
+        finally:
+            provisioned.resume()
+        assert _answers(server, provisioned.dsn), "the server does not answer after resume"
+    finally:
+        provisioned.close()
+    print(f"{server}: container up and ready in {started:.1f}s")
