@@ -117,7 +117,9 @@ def test_conformance_and_chaos_pass_on_the_container_rung(server: str, tmp_path:
         timeout=900,
     )  # fmt: skip
     took = time.monotonic() - began
-    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    failures = proc.stdout.partition("= FAILURES =")[2] or proc.stdout.partition("= ERRORS =")[2]
+    verdicts = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    tail = "\n".join([failures[:6000], *verdicts[:20], proc.stdout[-500:], proc.stderr[-2000:]])
     assert proc.returncode == 0, f"the suite failed on the {server} container:\n{tail}"
     origin = [line for line in proc.stdout.splitlines() if line.startswith("rdq: ")][-1]
     assert f"server: container {_image(server)} (" in origin, origin

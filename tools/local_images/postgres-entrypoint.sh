@@ -17,7 +17,7 @@ if [ "${1:-}" = "postgres" ]; then
         printf '%s\n' "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD must be set}" > "$pwfile"
         chown postgres "$pwfile"
         as_postgres initdb -D "$PGDATA" -U "$user" --pwfile="$pwfile" \
-            --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+            --encoding=UTF8 --locale=C.UTF-8 --auth-local=trust --auth-host=scram-sha-256 >/dev/null
         rm -f "$pwfile"
         echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
         db="${POSTGRES_DB:-$user}"

@@ -94,10 +94,12 @@ class ContainerPostgresServer(PostgresServer):
     def kill(self) -> None:
         with self._fault_lock:
             self.container.kill()
+            self._forget_admin_connection()
 
     def restart(self) -> None:
         with self._fault_lock:
             self.container.restart()
+            self._forget_admin_connection()
             _wait_ready(self.container, self.dsn, self._timeout)
 
     def pause(self) -> None:
