@@ -9,7 +9,8 @@ module level or inside a function, ``TYPE_CHECKING`` blocks included):
 - no two modules import each other, directly or round a longer circle;
 - nothing is looked up by ``importlib`` but a backend named ``module:attribute`` (the
   registry); the checker in particular is imported;
-- the watchdog script of managed processes is stdlib-only and never imported.
+- the watchdog script of managed processes, and the reaper script of kit containers,
+  are stdlib-only and never imported.
 
 Each rule is shown to fail on a crafted tree too, so none of them can pass vacuously.
 """
@@ -258,8 +259,10 @@ def test_importing_a_storage_half_loads_no_kit_code(graph):
     assert out.stdout.strip() == "[]", out.stdout
 
 
-def test_the_watchdog_is_stdlib_only_and_never_imported(graph):
-    watchdog = "rdq_compliance.provision._watchdog"
+@pytest.mark.parametrize(
+    "watchdog", ["rdq_compliance.provision._watchdog", "rdq_compliance.provision._container_reaper"]
+)
+def test_the_watchdog_is_stdlib_only_and_never_imported(graph, watchdog):
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     assert watchdog in graph
     assert {i.split(".")[0] for i in graph[watchdog]} <= stdlib, graph[watchdog]

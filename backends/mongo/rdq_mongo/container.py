@@ -1,99 +1,118 @@
-"""The container rung: MongoDB (``mongo:7``) in a Docker container, through
-testcontainers, as a single-node replica set.
+"""The container rung: MongoDB (``mongo:7``, as a single-node replica set) or SecantusDB
+(``rdq-local/secantusdb``) in a Docker container the kit started.
 
-Tried only when no local server binary is found and Docker is allowed. Whether Docker
-answers is asked first (``docker_unavailable_reason``, a ping with a hard deadline), so a
-machine without a Docker engine gets a clean reason at once. The container runs
-``mongod --replSet rdq --bind_ip_all --port 27017`` with its port published on the host's
-127.0.0.1 on a free port fixed for the container's life (a restarted container comes
-back at the same address); the member is configured as ``127.0.0.1:<that port>``, so
-the URI ``mongodb://127.0.0.1:PORT/?directConnection=true`` works from the host. Ready
-when ``hello`` says ``isWritablePrimary`` (:class:`rdq_mongo.local.Readiness`, which
-sends ``replSetInitiate`` first).
+Tried only when no local server binary is found and Docker is allowed. The container is
+started by :func:`rdq_compliance.provision.kit_container.start_kit_container`: labelled
+``rdq.kit``, removed with its data volume by a reaper process if the kit dies (SIGKILL
+included), on the network mode of ``mongo_network`` (``host``: the server binds
+127.0.0.1 on a port the kit chose; ``published``: the container's 27017 published on the
+host's 127.0.0.1 only; ``auto``: host where the engine has no bridge). The URI is
+``mongodb://127.0.0.1:PORT/?directConnection=true`` either way.
+
+Which server the image holds is read from its ``rdq.server`` label
+(``tools/build_local_images.sh`` sets ``rdq.server=secantusdb``): SecantusDB runs as
+:func:`rdq_mongo.local.secantus_argv` does locally (its data in ``/data``); any other
+image runs ``mongod --replSet rdq`` (data in ``/data/db``), configured with the member
+``127.0.0.1:<port>``. Ready when ``hello`` says ``isWritablePrimary``
+(:class:`rdq_mongo.local.Readiness`, which sends ``replSetInitiate`` to a mongod). The
+report names the server honestly: SecantusDB is a MongoDB-wire-protocol server, not
+MongoDB (:mod:`rdq_mongo.flavour`).
 
 Faults: ``kill_server`` is ``docker kill``, ``restart_server`` starts the same container
 again (its data is kept), ``pause_server`` is ``docker pause``. ``close()`` removes the
-container; if the test runner dies, testcontainers' Ryuk sidecar does.
+container and its volume.
 
-Options: ``mongo_image``, ``mongo_start_timeout`` (:mod:`rdq_mongo.options`).
+Options: ``mongo_image``, ``mongo_network``, ``mongo_start_timeout``
+(:mod:`rdq_mongo.options`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+from pathlib import Path
+
+import pymongo.errors as px
 
 from rdq_compliance.provision.backend import (
     KILL_SERVER,
     PAUSE_SERVER,
     RESTART_SERVER,
     ProvisionRequest,
-    ProvisionUnavailable,
 )
-from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
-from rdq_compliance.provision.ports import free_port
-from rdq_mongo.local import REPLICA_SET, Readiness
-from rdq_mongo.options import CONTAINER_OPTIONS, MONGO_IMAGE, MONGO_START_TIMEOUT, check_known
+from rdq_compliance.provision.kit_container import (
+    ContainerSpec,
+    KitContainer,
+    check_network_mode,
+    image_labels,
+    start_kit_container,
+)
+from rdq_mongo.local import REPLICA_SET, Readiness, secantus_argv
+from rdq_mongo.options import (
+    CONTAINER_OPTIONS,
+    MONGO_IMAGE,
+    MONGO_NETWORK,
+    MONGO_START_TIMEOUT,
+    check_known,
+)
 from rdq_mongo.server import MongoServer
 
-__all__ = ["ContainerMongoServer", "start_container"]
+__all__ = ["ContainerMongoServer", "container_command", "start_container"]
 
 _CONTAINER_PORT = 27017
+#: The ``rdq.server`` label of an image holding SecantusDB.
+SECANTUS_LABEL = "secantusdb"
 
 
-def _wait_ready(uri: str, port: int, timeout: float, what: str) -> None:
-    ready = Readiness(uri, f"127.0.0.1:{port}", initiate=True)
+def container_command(secantus: bool, bind: str, port: int) -> list[str]:
+    """The server's command line in the container, listening on ``bind:port``."""
+    if secantus:
+        argv = secantus_argv(Path("secantusd-py"), port, Path("/data"), sync_on_commit=False)
+        argv[argv.index("--host") + 1] = bind
+        return argv
+    return ["mongod", "--replSet", REPLICA_SET, "--bind_ip", bind, "--port", str(port)]
+
+
+def _wait_ready(container: KitContainer, uri: str, timeout: float, secantus: bool) -> None:
+    ready = Readiness(uri, f"127.0.0.1:{container.host_port}", initiate=not secantus)
 
     def probe() -> None:
         if not ready():
             raise OSError("not a writable primary yet")
 
-    import pymongo.errors as px
-
-    wait_until_ready(probe, timeout, what, errors=(px.PyMongoError, OSError))
+    container.wait_ready(probe, timeout, errors=(px.PyMongoError, OSError))
 
 
 class ContainerMongoServer(MongoServer):
-    """MongoDB in a container the kit started (see the module docstring)."""
+    """MongoDB or SecantusDB in a container the kit started (see the module docstring)."""
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER})
 
-    def __init__(self, container: Any, uri: str, image: str, port: int, timeout: float) -> None:
+    def __init__(self, container: KitContainer, uri: str, timeout: float, secantus: bool) -> None:
         super().__init__(uri)
-        self.origin = f"container {image} on 127.0.0.1:{port}: {self.flavour.label}"
-        self.container, self._port, self._timeout = container, port, timeout
+        self.origin = f"{container.describe()}: {self.flavour.label}"
+        self.container, self._timeout, self._secantus = container, timeout, secantus
         self._fault_lock = threading.Lock()
         self._closed = False
 
     def kill(self) -> None:
         with self._fault_lock:
-            self.container.get_wrapped_container().kill()
+            self.container.kill()
             self._forget_admin_client()
 
     def restart(self) -> None:
         with self._fault_lock:
-            wrapped = self.container.get_wrapped_container()
-            wrapped.reload()
-            if wrapped.status == "paused":
-                wrapped.unpause()
-                wrapped.reload()
-            if wrapped.status == "running":
-                wrapped.stop(timeout=20)
-            wrapped.start()
+            self.container.restart()
             self._forget_admin_client()
-            _wait_ready(self.dsn, self._port, self._timeout, self.origin)
+            _wait_ready(self.container, self.dsn, self._timeout, self._secantus)
 
     def pause(self) -> None:
         with self._fault_lock:
-            self.container.get_wrapped_container().pause()
+            self.container.pause()
 
     def resume(self) -> None:
         with self._fault_lock:
-            wrapped = self.container.get_wrapped_container()
-            wrapped.reload()
-            if wrapped.status == "paused":
-                wrapped.unpause()
+            self.container.resume()
 
     def close(self) -> None:
         with self._fault_lock:
@@ -101,14 +120,10 @@ class ContainerMongoServer(MongoServer):
                 return
             self._closed = True
             with contextlib.suppress(Exception):
-                wrapped = self.container.get_wrapped_container()
-                wrapped.reload()
-                if wrapped.status == "paused":
-                    wrapped.unpause()
+                self.container.resume()
             with contextlib.suppress(Exception):
                 super().close()
-            with contextlib.suppress(Exception):
-                self.container.stop()
+            self.container.remove()
 
 
 def start_container(request: ProvisionRequest) -> ContainerMongoServer:
@@ -116,26 +131,20 @@ def start_container(request: ProvisionRequest) -> ContainerMongoServer:
     check_known(request.options)
     options = CONTAINER_OPTIONS.parse(request.options)
     image, timeout = options[MONGO_IMAGE], options[MONGO_START_TIMEOUT]
-    reason = docker_unavailable_reason()
-    if reason is not None:
-        raise ProvisionUnavailable(reason)
-    from testcontainers.core.container import DockerContainer
-
-    port = free_port()
-    command = ["mongod", "--replSet", REPLICA_SET, "--bind_ip_all", "--port", str(_CONTAINER_PORT)]
-    container = DockerContainer(image).with_command(command)
-    container.ports[str(_CONTAINER_PORT)] = ("127.0.0.1", port)  # type: ignore[assignment]
+    network = check_network_mode(options[MONGO_NETWORK], MONGO_NETWORK.name)
+    secantus = image_labels(image).get("rdq.server") == SECANTUS_LABEL
+    spec = ContainerSpec(
+        image=image,
+        command=lambda bind, port: container_command(secantus, bind, port),
+        container_port=_CONTAINER_PORT,
+        data_path="/data" if secantus else "/data/db",
+        network=network,
+    )
+    container = start_kit_container(spec)
+    uri = f"mongodb://127.0.0.1:{container.host_port}/?directConnection=true"
     try:
-        container.start()
-    except Exception as exc:
-        with contextlib.suppress(Exception):
-            container.stop()
-        raise ProvisionUnavailable(f"could not start container {image}: {exc}") from exc
-    uri = f"mongodb://127.0.0.1:{port}/?directConnection=true"
-    try:
-        _wait_ready(uri, port, timeout, f"container {image}")
-        return ContainerMongoServer(container, uri, image, port, timeout)
+        _wait_ready(container, uri, timeout, secantus)
+        return ContainerMongoServer(container, uri, timeout, secantus)
     except BaseException:
-        with contextlib.suppress(Exception):
-            container.stop()
+        container.remove()
         raise

@@ -16,7 +16,13 @@ rung reads it, before anything is started.
                             local rung
 ``mongo_start_timeout``     seconds to wait for the server to be a writable primary (60)
                             — both rungs
-``mongo_image``             the container image (:data:`DEFAULT_IMAGE`) — container rung
+``mongo_image``             the container image (:data:`DEFAULT_IMAGE`; where no registry
+                            answers, ``rdq-local/secantusdb`` from
+                            tools/build_local_images.sh: SecantusDB, not MongoDB) —
+                            container rung
+``mongo_network``           the container's network mode: ``auto``, ``host``,
+                            ``published`` (:mod:`rdq_compliance.provision.kit_container`)
+                            — container rung
 ==========================  =============================================================
 """
 
@@ -34,6 +40,7 @@ __all__ = [
     "LOCAL_SERVERS",
     "MONGO_BIN_DIR",
     "MONGO_IMAGE",
+    "MONGO_NETWORK",
     "MONGO_SERVER",
     "MONGO_START_TIMEOUT",
     "MONGO_SYNC_ON_COMMIT",
@@ -41,6 +48,8 @@ __all__ = [
     "local_server",
 ]
 
+#: The container rung's default: the official image, MongoDB 7 (a supported release
+#: of the 6.0+ the backend needs, and the one its CI templates name).
 DEFAULT_IMAGE = "mongo:7"
 LOCAL_SERVERS = ("auto", "mongod", "secantus")
 
@@ -67,6 +76,9 @@ MONGO_START_TIMEOUT = option(
     positive=True,
 )
 MONGO_IMAGE = option("mongo_image", str, DEFAULT_IMAGE, "the container image")
+MONGO_NETWORK = option(
+    "mongo_network", str, "auto", "the container's network mode: auto, host or published"
+)
 
 #: Rung 2, :mod:`rdq_mongo.local`.
 LOCAL_OPTIONS = RungOptions(
@@ -74,7 +86,9 @@ LOCAL_OPTIONS = RungOptions(
     [MONGO_SERVER, MONGO_BIN_DIR, MONGO_SYNC_ON_COMMIT, MONGO_START_TIMEOUT],
 )
 #: Rung 3, :mod:`rdq_mongo.container`.
-CONTAINER_OPTIONS = RungOptions("mongo container", [MONGO_IMAGE, MONGO_START_TIMEOUT])
+CONTAINER_OPTIONS = RungOptions(
+    "mongo container", [MONGO_IMAGE, MONGO_NETWORK, MONGO_START_TIMEOUT]
+)
 
 
 def local_server(values: OptionValues) -> str:

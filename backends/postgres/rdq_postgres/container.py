@@ -1,22 +1,24 @@
-"""The container rung: a PostgreSQL server in a Docker container, through testcontainers.
+"""The container rung: a PostgreSQL server in a Docker container the kit started.
 
-Tried only when the local binaries are missing and Docker is allowed. First it asks
-whether Docker answers at all (``docker_unavailable_reason`` of
-:mod:`rdq_compliance.provision.containers`, a ping with a hard deadline of a few seconds),
-so a machine without a Docker engine gets a clean reason at once instead of a long hang
-or a traceback. The container's port is published on 127.0.0.1 only, on a free port
-chosen here and fixed for the container's life, so a restarted container comes back at
-the same address; the DSN always names 127.0.0.1 (never a Docker bridge address).
+Tried only when the local binaries are missing and Docker is allowed. The container is
+started by :func:`rdq_compliance.provision.kit_container.start_kit_container`: labelled
+``rdq.kit``, removed with its data volume by a reaper process if the kit dies (SIGKILL
+included), on the network mode of ``pg_network`` (``host``: the server listens on
+127.0.0.1 on a port the kit chose; ``published``: on the container's 5432, published on
+the host's 127.0.0.1 only; ``auto``: host where the engine has no bridge). The DSN always
+names 127.0.0.1. The image is ``pg_image``: the official ``postgres`` image or
+``rdq-local/postgres`` (``tools/build_local_images.sh``), which take the same
+``POSTGRES_USER``/``POSTGRES_PASSWORD``/``POSTGRES_DB`` and ``postgres -c ...`` command.
 
 Faults: ``kill_server`` is ``docker kill`` (SIGKILL to the postmaster, PID 1 of the
 container, which takes every other process of the container with it), ``restart_server``
 starts the same container again (its data volume is kept, so the server does crash
-recovery and no committed task is lost), ``cut_connections`` works as on any server.
-If the test runner dies, testcontainers' Ryuk sidecar removes the container.
+recovery and no committed task is lost), ``pause_server`` is ``docker pause`` (every
+process of the container frozen), ``cut_connections`` works as on any server.
 
 Options (declared in :mod:`rdq_postgres.options`, parsed by the kit's shared parser):
-``pg_image`` (default :data:`DEFAULT_IMAGE`), ``pg_start_timeout`` (seconds, 60),
-``pg_max_connections`` (200).
+``pg_image`` (default :data:`DEFAULT_IMAGE`), ``pg_network`` (``auto``),
+``pg_start_timeout`` (seconds, 60), ``pg_max_connections`` (200).
 
 Plugin half: built from :mod:`rdq_compliance.provision` on
 :class:`rdq_postgres.server.PostgresServer`.
@@ -27,24 +29,29 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-from typing import Any
 
 import psycopg
 
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     KILL_SERVER,
+    PAUSE_SERVER,
     RESTART_SERVER,
     ProvisionRequest,
-    ProvisionUnavailable,
 )
-from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
-from rdq_compliance.provision.ports import free_port
+from rdq_compliance.provision.containers import docker_unavailable_reason
+from rdq_compliance.provision.kit_container import (
+    ContainerSpec,
+    KitContainer,
+    check_network_mode,
+    start_kit_container,
+)
 from rdq_postgres.options import (
     CONTAINER_OPTIONS,
     DEFAULT_IMAGE,
     PG_IMAGE,
     PG_MAX_CONNECTIONS,
+    PG_NETWORK,
     PG_START_TIMEOUT,
 )
 from rdq_postgres.server import PostgresServer
@@ -59,43 +66,49 @@ __all__ = [
 _USER = "postgres"
 _DATABASE = "rdq"
 _CONTAINER_PORT = 5432
+_DATA = "/var/lib/postgresql/data"
 
 
-def _wait_ready(dsn: str, timeout: float, what: str) -> None:
-    """Poll until ``dsn`` accepts a connection from this host (through the port mapping)."""
+def _wait_ready(container: KitContainer, dsn: str, timeout: float) -> None:
+    """Poll until ``dsn`` accepts a connection from this host."""
 
     def connect() -> None:
         with psycopg.connect(dsn, connect_timeout=2):
             pass
 
-    wait_until_ready(connect, timeout, what, errors=(psycopg.Error,))
+    container.wait_ready(connect, timeout, errors=(psycopg.Error,))
 
 
 class ContainerPostgresServer(PostgresServer):
     """A PostgreSQL server in a container the kit started (see the module docstring)."""
 
-    faults = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
+    faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
-    def __init__(self, container: Any, dsn: str, image: str, port: int, timeout: float) -> None:
-        super().__init__(dsn)
+    def __init__(self, container: KitContainer, dsn: str, timeout: float) -> None:
+        super().__init__(dsn, origin=container.describe())
         self.container = container
-        self.origin = f"container {image} on 127.0.0.1:{port}"
         self._timeout = timeout
         self._fault_lock = threading.Lock()
         self._closed = False
 
     def kill(self) -> None:
         with self._fault_lock:
-            self.container.get_wrapped_container().kill()
+            self.container.kill()
+            self._forget_admin_connection()
 
     def restart(self) -> None:
         with self._fault_lock:
-            wrapped = self.container.get_wrapped_container()
-            wrapped.reload()
-            if wrapped.status == "running":
-                wrapped.stop(timeout=10)
-            wrapped.start()
-            _wait_ready(self.dsn, self._timeout, self.origin)
+            self.container.restart()
+            self._forget_admin_connection()
+            _wait_ready(self.container, self.dsn, self._timeout)
+
+    def pause(self) -> None:
+        with self._fault_lock:
+            self.container.pause()
+
+    def resume(self) -> None:
+        with self._fault_lock:
+            self.container.resume()
 
     def close(self) -> None:
         with self._fault_lock:
@@ -103,43 +116,44 @@ class ContainerPostgresServer(PostgresServer):
                 return
             self._closed = True
             with contextlib.suppress(Exception):
-                super().close()
+                self.container.resume()
             with contextlib.suppress(Exception):
-                self.container.stop()  # removes the container and its volume
+                super().close()
+            self.container.remove()  # the container and its volume
 
 
 def start_container(request: ProvisionRequest) -> ContainerPostgresServer:
     """Rung 3 of the ladder: ``ProvisionUnavailable`` at once when Docker does not answer."""
     options = CONTAINER_OPTIONS.parse(request.options)  # a bad value fails before any work
-    image = options[PG_IMAGE]
-    timeout = options[PG_START_TIMEOUT]
+    image, timeout = options[PG_IMAGE], options[PG_START_TIMEOUT]
+    network = check_network_mode(options[PG_NETWORK], PG_NETWORK.name)
     max_connections = options[PG_MAX_CONNECTIONS]
-    reason = docker_unavailable_reason()
-    if reason is not None:
-        raise ProvisionUnavailable(reason)
-    try:
-        from testcontainers.community.postgres import PostgresContainer
-    except ImportError:  # testcontainers < 4.14
-        from testcontainers.postgres import PostgresContainer
-
-    port = free_port()
     password = secrets.token_hex(12)
-    container = PostgresContainer(
-        image, username=_USER, password=password, dbname=_DATABASE, driver=None
-    ).with_command(f"postgres -c fsync=off -c max_connections={max_connections}")
-    # Publish on 127.0.0.1 only, on a port fixed for the container's life (restarts keep it).
-    container.ports[str(_CONTAINER_PORT)] = ("127.0.0.1", port)  # type: ignore[assignment]
+
+    def command(bind: str, port: int) -> list[str]:
+        return [
+            "postgres",
+            *("-c", f"listen_addresses={bind}", "-c", f"port={port}"),
+            *("-c", "fsync=off", "-c", f"max_connections={max_connections}"),
+        ]
+
+    spec = ContainerSpec(
+        image=image,
+        command=command,
+        container_port=_CONTAINER_PORT,
+        data_path=_DATA,
+        network=network,
+        environment={
+            "POSTGRES_USER": _USER,
+            "POSTGRES_PASSWORD": password,
+            "POSTGRES_DB": _DATABASE,
+        },
+    )
+    container = start_kit_container(spec)
+    dsn = f"postgresql://{_USER}:{password}@127.0.0.1:{container.host_port}/{_DATABASE}"
     try:
-        container.start()
-    except Exception as exc:
-        with contextlib.suppress(Exception):
-            container.stop()
-        raise ProvisionUnavailable(f"could not start container {image}: {exc}") from exc
-    dsn = f"postgresql://{_USER}:{password}@127.0.0.1:{port}/{_DATABASE}"
-    try:
-        _wait_ready(dsn, timeout, f"container {image}")
+        _wait_ready(container, dsn, timeout)
+        return ContainerPostgresServer(container, dsn, timeout)
     except BaseException:
-        with contextlib.suppress(Exception):
-            container.stop()
+        container.remove()
         raise
-    return ContainerPostgresServer(container, dsn, image, port, timeout)

@@ -475,14 +475,6 @@ class LocalPostgresServer(PostgresServer):
             self.cluster.stop()
             self.cluster.remove()
 
-    def _forget_admin_connection(self) -> None:
-        """The admin connection died with the server; the next admin call opens a new one."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
-
     def _tidy_after_kill(self) -> None:
         """A SIGKILLed postmaster leaves its shared memory behind (a SysV segment and files
         in ``/dev/shm``) and only PostgreSQL knows which are its own: a start on the same

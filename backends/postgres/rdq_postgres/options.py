@@ -13,7 +13,11 @@ rung reads it: ``--rdq-option pg_start_timeout='soon': expected a positive numbe
 ``pg_max_connections``    ``max_connections`` of the server (200) — both rungs
 ``pg_start_timeout``      seconds to wait for the server to accept connections (60) —
                           both rungs
-``pg_image``              the container image (:data:`DEFAULT_IMAGE`) — container rung
+``pg_image``              the container image (:data:`DEFAULT_IMAGE`; where no registry
+                          answers, ``rdq-local/postgres`` from tools/build_local_images.sh)
+                          — container rung
+``pg_network``            the container's network mode: ``auto``, ``host``, ``published``
+                          (:mod:`rdq_compliance.provision.kit_container`) — container rung
 ========================  ===============================================================
 """
 
@@ -29,13 +33,15 @@ __all__ = [
     "PG_BIN_DIR",
     "PG_IMAGE",
     "PG_MAX_CONNECTIONS",
+    "PG_NETWORK",
     "PG_START_TIMEOUT",
     "PG_USER",
 ]
 
 #: The system user the server runs as when we are root.
 DEFAULT_OS_USER = "postgres"
-#: The image of the container rung.
+#: The image of the container rung: the official image's current major version, alpine
+#: (small); rdq_postgres supports PostgreSQL 13 and newer.
 DEFAULT_IMAGE = "postgres:16-alpine"
 
 PG_BIN_DIR = option(
@@ -58,6 +64,9 @@ PG_START_TIMEOUT = option(
     positive=True,
 )
 PG_IMAGE = option("pg_image", str, DEFAULT_IMAGE, "the container image")
+PG_NETWORK = option(
+    "pg_network", str, "auto", "the container's network mode: auto, host or published"
+)
 
 #: Rung 2, :mod:`rdq_postgres.local`.
 LOCAL_OPTIONS = RungOptions(
@@ -65,5 +74,5 @@ LOCAL_OPTIONS = RungOptions(
 )
 #: Rung 3, :mod:`rdq_postgres.container`.
 CONTAINER_OPTIONS = RungOptions(
-    "postgres container", [PG_IMAGE, PG_MAX_CONNECTIONS, PG_START_TIMEOUT]
+    "postgres container", [PG_IMAGE, PG_NETWORK, PG_MAX_CONNECTIONS, PG_START_TIMEOUT]
 )

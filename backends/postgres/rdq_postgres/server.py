@@ -15,6 +15,7 @@ this module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -108,6 +109,15 @@ class PostgresServer(Server):
                 if conn.broken or conn.closed:
                     self._conn = None
                 raise map_error(exc, action, f"postgres {mask_dsn(self.dsn)!r}") from exc
+
+    def _forget_admin_connection(self) -> None:
+        """The admin connection died with the server (a kill, a restart of a server the
+        kit owns); the next admin call opens a new one."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def create_namespace(self) -> str:
         namespace = self._stock.take() if self._stock is not None else None

@@ -1,31 +1,28 @@
-"""The container rung: a Redis server in a Docker container, through testcontainers.
+"""The container rung: a Redis server in a Docker container the kit started.
 
 Tried only when the local binaries are missing and Docker is allowed. The options are
 checked first (a cluster is refused here: this rung starts one server; a Redis Cluster
-needs the local binaries), then whether Docker answers at all
-(``docker_unavailable_reason`` of :mod:`rdq_compliance.provision.containers`, a ping with
-a hard deadline of a few seconds), so a machine without a Docker engine gets a clean
-reason at once instead of a long hang or a traceback.
-
-The container (testcontainers' generic ``DockerContainer`` of the image, default
-:data:`~rdq_redis.options.DEFAULT_IMAGE`) runs ``redis-server`` with the same
-persistence flags as the local rung (``redis_persistence``, by default AOF with
-``appendfsync always`` in the image's ``/data`` volume) and ``--protected-mode no``
-(clients reach it through Docker's port mapping, not from its loopback; the port is
-published on the host's 127.0.0.1 only). The host port is a free one chosen here and
-fixed for the container's life, so a restarted container comes back at the same address;
-the DSN always names 127.0.0.1 (never a Docker bridge address). Ready when ``PING``
-answers through the mapping.
+needs the local binaries). The container is started by
+:func:`rdq_compliance.provision.kit_container.start_kit_container`: labelled ``rdq.kit``,
+removed with its data volume by a reaper process if the kit dies (SIGKILL included), on
+the network mode of ``redis_network`` (``host``: ``redis-server`` binds 127.0.0.1 on a
+port the kit chose; ``published``: it binds the container's 6379, published on the
+host's 127.0.0.1 only, with ``--protected-mode no`` since clients come through Docker's
+port mapping; ``auto``: host where the engine has no bridge). The image is
+``redis_image``: the official ``redis`` image or ``rdq-local/redis``
+(``tools/build_local_images.sh``). It runs ``redis-server`` with the same persistence
+flags as the local rung (``redis_persistence``, by default AOF with ``appendfsync
+always``) in ``/data``, a labelled named volume. The DSN always names 127.0.0.1. Ready
+when ``PING`` answers.
 
 Faults: ``kill_server`` is ``docker kill`` (SIGKILL to ``redis-server``, PID 1 of the
 container), ``restart_server`` starts the same container again (its ``/data`` is kept, so
 the AOF is replayed), ``pause_server`` is ``docker pause`` (the cgroup freezer stops every
 process of the container; ``resume`` unpauses), ``cut_connections`` works as on any
-server. ``close()`` removes the container and its volume; if the test runner dies,
-testcontainers' Ryuk sidecar does.
+server. ``close()`` removes the container and its volume.
 
 Options (declared in :mod:`rdq_redis.options`, parsed by the kit's shared parser):
-``redis_image``, ``redis_persistence``, ``redis_start_timeout``.
+``redis_image``, ``redis_network``, ``redis_persistence``, ``redis_start_timeout``.
 
 Plugin half: built from :mod:`rdq_compliance.provision` on
 :class:`rdq_redis.server.RedisServer`.
@@ -35,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -49,13 +45,18 @@ from rdq_compliance.provision.backend import (
     ProvisionRequest,
     ProvisionUnavailable,
 )
-from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
-from rdq_compliance.provision.ports import free_port
+from rdq_compliance.provision.kit_container import (
+    ContainerSpec,
+    KitContainer,
+    check_network_mode,
+    start_kit_container,
+)
 from rdq_redis.options import (
     CONTAINER_OPTIONS,
     DEFAULT_IMAGE,
     PERSISTENCE_FLAGS,
     REDIS_IMAGE,
+    REDIS_NETWORK,
     REDIS_START_TIMEOUT,
     cluster_size,
     persistence_mode,
@@ -67,18 +68,21 @@ __all__ = ["DEFAULT_IMAGE", "ContainerRedisServer", "server_command", "start_con
 _CONTAINER_PORT = 6379
 
 
-def server_command(persistence: str) -> list[str]:
-    """What the container runs: ``redis-server`` with the persistence flags."""
+def server_command(
+    persistence: str, bind: str = "0.0.0.0", port: int = _CONTAINER_PORT
+) -> list[str]:
+    """What the container runs: ``redis-server`` on ``bind:port`` with the persistence
+    flags."""
     return [
         "redis-server",
-        *("--port", str(_CONTAINER_PORT), "--protected-mode", "no"),
+        *("--bind", bind, "--port", str(port), "--protected-mode", "no"),
         *("--dir", "/data", "--appenddirname", "appendonlydir"),
         *PERSISTENCE_FLAGS[persistence],
     ]
 
 
-def _wait_ready(dsn: str, timeout: float, what: str) -> None:
-    """Poll until ``PING`` answers through the port mapping (``LOADING`` is "not yet")."""
+def _wait_ready(container: KitContainer, dsn: str, timeout: float) -> None:
+    """Poll until ``PING`` answers (``LOADING`` is "not yet")."""
 
     def ping() -> None:
         client = redis.Redis.from_url(
@@ -89,7 +93,7 @@ def _wait_ready(dsn: str, timeout: float, what: str) -> None:
         finally:
             client.close()
 
-    wait_until_ready(ping, timeout, what, errors=(redis.RedisError, OSError))
+    container.wait_ready(ping, timeout, errors=(redis.RedisError, OSError))
 
 
 class ContainerRedisServer(RedisServer):
@@ -97,12 +101,8 @@ class ContainerRedisServer(RedisServer):
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
-    def __init__(
-        self, container: Any, dsn: str, image: str, port: int, persistence: str, timeout: float
-    ) -> None:
-        super().__init__(
-            dsn, origin=f"container {image} on 127.0.0.1:{port} (persistence {persistence})"
-        )
+    def __init__(self, container: KitContainer, dsn: str, persistence: str, timeout: float) -> None:
+        super().__init__(dsn, origin=f"{container.describe()} (persistence {persistence})")
         self.container = container
         self._timeout = timeout
         self._fault_lock = threading.Lock()
@@ -110,32 +110,22 @@ class ContainerRedisServer(RedisServer):
 
     def kill(self) -> None:
         with self._fault_lock:
-            self.container.get_wrapped_container().kill()
+            self.container.kill()
             self._forget_admin_client()
 
     def restart(self) -> None:
         with self._fault_lock:
-            wrapped = self.container.get_wrapped_container()
-            wrapped.reload()
-            if wrapped.status == "paused":
-                wrapped.unpause()
-                wrapped.reload()
-            if wrapped.status == "running":
-                wrapped.stop(timeout=10)
-            wrapped.start()
+            self.container.restart()
             self._forget_admin_client()
-            _wait_ready(self.dsn, self._timeout, self.origin)
+            _wait_ready(self.container, self.dsn, self._timeout)
 
     def pause(self) -> None:
         with self._fault_lock:
-            self.container.get_wrapped_container().pause()
+            self.container.pause()
 
     def resume(self) -> None:
         with self._fault_lock:
-            wrapped = self.container.get_wrapped_container()
-            wrapped.reload()
-            if wrapped.status == "paused":
-                wrapped.unpause()
+            self.container.resume()
 
     def close(self) -> None:
         with self._fault_lock:
@@ -143,14 +133,10 @@ class ContainerRedisServer(RedisServer):
                 return
             self._closed = True
             with contextlib.suppress(Exception):
-                wrapped = self.container.get_wrapped_container()
-                wrapped.reload()
-                if wrapped.status == "paused":
-                    wrapped.unpause()
+                self.container.resume()
             with contextlib.suppress(Exception):
                 super().close()
-            with contextlib.suppress(Exception):
-                self.container.stop()  # removes the container and its volume
+            self.container.remove()  # the container and its volume
 
 
 def start_container(request: ProvisionRequest) -> ContainerRedisServer:
@@ -162,28 +148,20 @@ def start_container(request: ProvisionRequest) -> ContainerRedisServer:
             "redis_cluster is set: the container rung starts one server; a Redis Cluster "
             "needs the local binaries (redis-server and redis-cli)"
         )
-    image = options[REDIS_IMAGE]
-    timeout = options[REDIS_START_TIMEOUT]
-    reason = docker_unavailable_reason()
-    if reason is not None:
-        raise ProvisionUnavailable(reason)
-    from testcontainers.core.container import DockerContainer
-
-    port = free_port()
-    container = DockerContainer(image).with_command(server_command(persistence))
-    # Publish on 127.0.0.1 only, on a port fixed for the container's life (restarts keep it).
-    container.ports[str(_CONTAINER_PORT)] = ("127.0.0.1", port)  # type: ignore[assignment]
+    image, timeout = options[REDIS_IMAGE], options[REDIS_START_TIMEOUT]
+    network = check_network_mode(options[REDIS_NETWORK], REDIS_NETWORK.name)
+    spec = ContainerSpec(
+        image=image,
+        command=lambda bind, port: server_command(persistence, bind, port),
+        container_port=_CONTAINER_PORT,
+        data_path="/data",
+        network=network,
+    )
+    container = start_kit_container(spec)
+    dsn = f"redis://127.0.0.1:{container.host_port}/0"
     try:
-        container.start()
-    except Exception as exc:
-        with contextlib.suppress(Exception):
-            container.stop()
-        raise ProvisionUnavailable(f"could not start container {image}: {exc}") from exc
-    dsn = f"redis://127.0.0.1:{port}/0"
-    try:
-        _wait_ready(dsn, timeout, f"container {image}")
-        return ContainerRedisServer(container, dsn, image, port, persistence, timeout)
+        _wait_ready(container, dsn, timeout)
+        return ContainerRedisServer(container, dsn, persistence, timeout)
     except BaseException:
-        with contextlib.suppress(Exception):
-            container.stop()
+        container.remove()
         raise

@@ -19,7 +19,11 @@ rung reads it, before anything is started:
                            rung only
 ``redis_start_timeout``    seconds to wait for the server (every node, and the cluster's
                            ``cluster_state:ok``) to be ready (30) — both rungs
-``redis_image``            the container image (:data:`DEFAULT_IMAGE`) — container rung
+``redis_image``            the container image (:data:`DEFAULT_IMAGE`; where no registry
+                           answers, ``rdq-local/redis`` from tools/build_local_images.sh)
+                           — container rung
+``redis_network``          the container's network mode: ``auto``, ``host``, ``published``
+                           (:mod:`rdq_compliance.provision.kit_container`) — container rung
 =========================  ==============================================================
 """
 
@@ -38,13 +42,15 @@ __all__ = [
     "REDIS_BIN_DIR",
     "REDIS_CLUSTER",
     "REDIS_IMAGE",
+    "REDIS_NETWORK",
     "REDIS_PERSISTENCE",
     "REDIS_START_TIMEOUT",
     "cluster_size",
     "persistence_mode",
 ]
 
-#: The image of the container rung.
+#: The image of the container rung: the official image, Redis 7 (the scripts use
+#: Redis 7 commands and ``--appenddirname``), alpine (small).
 DEFAULT_IMAGE = "redis:7-alpine"
 #: ``redis-cli --cluster create`` refuses fewer masters.
 MIN_CLUSTER_MASTERS = 3
@@ -87,6 +93,9 @@ REDIS_START_TIMEOUT = option(
     positive=True,
 )
 REDIS_IMAGE = option("redis_image", str, DEFAULT_IMAGE, "the container image")
+REDIS_NETWORK = option(
+    "redis_network", str, "auto", "the container's network mode: auto, host or published"
+)
 
 #: Rung 2, :mod:`rdq_redis.local`.
 LOCAL_OPTIONS = RungOptions(
@@ -95,7 +104,8 @@ LOCAL_OPTIONS = RungOptions(
 )
 #: Rung 3, :mod:`rdq_redis.container` (it reads ``redis_cluster`` only to refuse it).
 CONTAINER_OPTIONS = RungOptions(
-    "redis container", [REDIS_IMAGE, REDIS_PERSISTENCE, REDIS_CLUSTER, REDIS_START_TIMEOUT]
+    "redis container",
+    [REDIS_IMAGE, REDIS_NETWORK, REDIS_PERSISTENCE, REDIS_CLUSTER, REDIS_START_TIMEOUT],
 )
 
 

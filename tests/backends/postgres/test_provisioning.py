@@ -218,6 +218,7 @@ def test_the_rungs_options_keep_their_names_and_defaults() -> None:
     }
     assert CONTAINER_OPTIONS.parse({}).as_dict() == {
         "pg_image": "postgres:16-alpine",
+        "pg_network": "auto",
         "pg_max_connections": 200,
         "pg_start_timeout": 60.0,
     }

@@ -258,6 +258,7 @@ def test_the_rungs_options_keep_their_names_and_defaults() -> None:
     }
     assert CONTAINER_OPTIONS.parse({}).as_dict() == {
         "redis_image": "redis:7-alpine",
+        "redis_network": "auto",
         "redis_persistence": "aof",
         "redis_cluster": None,
         "redis_start_timeout": 30.0,
