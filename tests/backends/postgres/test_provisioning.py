@@ -146,9 +146,8 @@ def test_a_dsn_beats_the_local_rung(
 
 def test_without_binaries_nor_docker_the_error_names_all_three_remedies(
     tmp_path: Path,
+    no_docker: None,
 ) -> None:
-    if docker_unavailable_reason() is None:
-        pytest.skip("Docker answers here")
     request = ProvisionRequest(workdir=tmp_path, options={"pg_bin_dir": ""}, allow_docker=True)
     began = time.monotonic()
     with pytest.raises(ProvisionUnavailable) as info:
@@ -200,9 +199,9 @@ def test_as_root_without_the_server_user_the_rung_says_so(tmp_path: Path) -> Non
         )
 
 
-def test_the_container_rung_without_docker_fails_fast_and_clearly(tmp_path: Path) -> None:
-    if docker_unavailable_reason() is None:
-        pytest.skip("Docker answers here")
+def test_the_container_rung_without_docker_fails_fast_and_clearly(
+    tmp_path: Path, no_docker: None
+) -> None:
     began = time.monotonic()
     with pytest.raises(ProvisionUnavailable, match=r"^Docker is not reachable: "):
         start_container(ProvisionRequest(workdir=tmp_path))

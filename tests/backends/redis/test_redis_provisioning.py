@@ -44,7 +44,6 @@ from rdq_compliance.provision.backend import (
     ProvisionUnavailable,
     Server,
 )
-from rdq_compliance.provision.containers import docker_unavailable_reason
 from rdq_compliance.provision.ports import port_open
 from rdq_core.errors import BackendUnavailable, InvalidArgument, NotFound
 from rdq_core.model import NewTask
@@ -177,9 +176,9 @@ def test_a_dsn_beats_the_local_rung(
     assert port_open(local.nodes[0].port), "closing a given server must leave it running"
 
 
-def test_without_binaries_nor_docker_the_error_names_all_three_remedies(tmp_path: Path) -> None:
-    if docker_unavailable_reason() is None:
-        pytest.skip("Docker answers here")
+def test_without_binaries_nor_docker_the_error_names_all_three_remedies(
+    tmp_path: Path, no_docker: None
+) -> None:
     request = ProvisionRequest(workdir=tmp_path, options={"redis_bin_dir": ""}, allow_docker=True)
     began = time.monotonic()
     with pytest.raises(ProvisionUnavailable) as info:
@@ -195,9 +194,7 @@ def test_without_binaries_nor_docker_the_error_names_all_three_remedies(tmp_path
 
 
 def test_with_docker_disabled_the_container_rung_is_not_tried(tmp_path: Path) -> None:
-    request = ProvisionRequest(
-        workdir=tmp_path, options={"redis_bin_dir": ""}, allow_docker=False
-    )
+    request = ProvisionRequest(workdir=tmp_path, options={"redis_bin_dir": ""}, allow_docker=False)
     with pytest.raises(ProvisionUnavailable, match=r"container: not tried \(--rdq-no-docker\)"):
         RedisBackend().provision(request)
 
@@ -226,9 +223,9 @@ def test_the_binaries_are_found_off_path_in_the_usual_folders(
     assert found["redis-server"].parent == found["redis-cli"].parent == Path(installed).parent
 
 
-def test_the_container_rung_without_docker_fails_fast_and_clearly(tmp_path: Path) -> None:
-    if docker_unavailable_reason() is None:
-        pytest.skip("Docker answers here")
+def test_the_container_rung_without_docker_fails_fast_and_clearly(
+    tmp_path: Path, no_docker: None
+) -> None:
     began = time.monotonic()
     with pytest.raises(ProvisionUnavailable, match=r"^Docker is not reachable: "):
         start_container(ProvisionRequest(workdir=tmp_path))
@@ -586,5 +583,3 @@ def test_a_cluster_is_durable_only_if_every_master_is_and_none_has_replicas() ->
     verdict = judge([good, replicated], cluster=True)
     assert not verdict.durable and "with 1 replica(s)" in verdict.reason
     assert judge([replicated], cluster=False).durable  # no automatic failover there
-
-
