@@ -61,6 +61,7 @@ from rdq_compliance.provision.ports import free_port, port_open
 from rdq_compliance.provision.process import (
     ManagedProcess,
     ProcessFailed,
+    ProcessSlot,
     remove_tree,
     run_to_completion,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "OptionValues",
     "Paths",
     "ProcessFailed",
+    "ProcessSlot",
     "ProvisionRequest",
     "ProvisionUnavailable",
     "RunAs",

@@ -512,3 +512,48 @@ def remove_tree(path: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+class ProcessSlot:
+    """A server node's hold on its (optional) :class:`ManagedProcess`, for the local rungs.
+
+    A subclass (usually a dataclass) has a ``process`` attribute (``None`` before the node
+    started and after it stopped) and ``datadir``/``log_path``; this gives it the fault
+    verbs every local rung needs — each a no-op when there is no process to act on."""
+
+    process: ManagedProcess | None
+    datadir: Path
+    log_path: Path
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.running
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM), SIGKILL after the grace period; idempotent."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.stop()
+
+    def pause(self) -> None:
+        if self.process is not None and self.process.running:
+            self.process.pause()
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.resume()
+
+    @property
+    def paused(self) -> bool:
+        return self.process is not None and self.process.paused
+
+    def pids(self) -> list[int]:
+        return self.process.pids() if self.process is not None else []
+
+    def remove(self) -> None:
+        remove_tree(self.datadir)
+        remove_tree(self.log_path)

@@ -60,7 +60,12 @@ from rdq_compliance.provision.backend import (
 from rdq_compliance.provision.binaries import BinaryNotFound, find_binary
 from rdq_compliance.provision.options import Paths
 from rdq_compliance.provision.ports import free_port
-from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, remove_tree
+from rdq_compliance.provision.process import (
+    ManagedProcess,
+    ProcessFailed,
+    ProcessSlot,
+    remove_tree,
+)
 from rdq_mongo.options import (
     LOCAL_OPTIONS,
     MONGO_BIN_DIR,
@@ -191,7 +196,7 @@ class Readiness:
 
 
 @dataclass
-class LocalMongo:
+class LocalMongo(ProcessSlot):
     """The server process this rung started: its kind, binary, folder and port."""
 
     kind: str
@@ -261,38 +266,6 @@ class LocalMongo:
             return self.log_path.read_text(errors="replace")[-4000:]
         except OSError:
             return ""
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.running
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None:
-            process.stop()
-
-    def pause(self) -> None:
-        if self.process is not None and self.process.running:
-            self.process.pause()
-
-    def resume(self) -> None:
-        if self.process is not None:
-            self.process.resume()
-
-    @property
-    def paused(self) -> bool:
-        return self.process is not None and self.process.paused
-
-    def pids(self) -> list[int]:
-        return self.process.pids() if self.process is not None else []
-
-    def remove(self) -> None:
-        remove_tree(self.datadir)
-        remove_tree(self.log_path)
 
 
 class LocalMongoServer(MongoServer):

@@ -73,6 +73,7 @@ from rdq_compliance.provision.ports import free_port
 from rdq_compliance.provision.process import (
     ManagedProcess,
     ProcessFailed,
+    ProcessSlot,
     remove_tree,
     run_to_completion,
 )
@@ -144,7 +145,7 @@ class PortInUse(ProcessFailed):
 
 
 @dataclass
-class LocalNode:
+class LocalNode(ProcessSlot):
     """One ``redis-server`` process: its folder, ports and (while running) process."""
 
     binary: Path
@@ -237,39 +238,6 @@ class LocalNode:
                 return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.running
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-
-    def stop(self) -> None:
-        """A clean shutdown (SIGTERM), SIGKILL after the grace period; idempotent."""
-        process, self.process = self.process, None
-        if process is not None:
-            process.stop()
-
-    def pause(self) -> None:
-        if self.process is not None and self.process.running:
-            self.process.pause()
-
-    def resume(self) -> None:
-        if self.process is not None:
-            self.process.resume()
-
-    @property
-    def paused(self) -> bool:
-        return self.process is not None and self.process.paused
-
-    def pids(self) -> list[int]:
-        return self.process.pids() if self.process is not None else []
-
-    def remove(self) -> None:
-        remove_tree(self.datadir)
-        remove_tree(self.log_path)
 
 
 @dataclass
