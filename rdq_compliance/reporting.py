@@ -52,6 +52,7 @@ class Reporting:
         self.summary = s.Summary(str(settings.backend), describe(settings))
         self._server: str | None = None
         self._server_sent = False
+        self._ledger_checked = False
 
     @classmethod
     def for_run(cls, config: pytest.Config, settings: Settings, backend: object) -> Reporting:
@@ -95,12 +96,26 @@ class Reporting:
             if entry is not None:
                 item.stash[_ENTRY] = entry
                 item.add_marker(pytest.mark.xfail(reason=entry.describe(), strict=True))
-                item.user_properties.append((s.PROP_EXPECTED, entry.describe()))
-        if self.ledger:
+                item.user_properties.append((s.PROP_EXPECTED, f"{entry.reason} [{entry.key}]"))
+        # An xdist worker leaves the check to the controller (a usage error raised in a
+        # worker's collection would reach the user as an xdist crash, its message lost).
+        if self.ledger and not hasattr(self.config, "workerinput"):
             try:
                 self.ledger.check(refs, more_names=_suite_test_names())
             except InvalidArgument as exc:
                 raise pytest.UsageError(f"rdq: {exc}") from None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        """On the xdist controller, check the ledger against what a worker collected."""
+        if not self.ledger or self._ledger_checked:
+            return
+        self._ledger_checked = True
+        refs = [_ref_of_nodeid(nodeid) for nodeid in ids]
+        try:
+            self.ledger.check(refs, more_names=_suite_test_names())
+        except InvalidArgument as exc:
+            pytest.exit(f"rdq: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
     # ---- running --------------------------------------------------------------------------
 
@@ -153,7 +168,7 @@ class Reporting:
         self.summary.add(_outcome(report))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if hasattr(self.config, "workerinput"):
+        if hasattr(self.config, "workerinput") or not self.summary.ran:
             return
         terminalreporter.write_sep("=", "rdq summary")
         for line in self.summary.lines():
@@ -182,6 +197,11 @@ def _suite_test_names() -> set[str]:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 names.add(node.name)
     return names
+
+
+def _ref_of_nodeid(nodeid: str) -> TestRef:
+    name = nodeid.rpartition("::")[2]
+    return TestRef(nodeid, name, name.partition("[")[0])
 
 
 def _crash_text(report: pytest.TestReport) -> str:

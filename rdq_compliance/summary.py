@@ -109,6 +109,11 @@ class Summary:
             if folder not in self._chaos_reports:
                 self._chaos_reports.append(folder)
 
+    @property
+    def ran(self) -> bool:
+        """Whether any test was reported (else there is nothing to summarise)."""
+        return any(t.category is not None for t in self._tests.values())
+
     def counts(self) -> dict[str, Counter[str]]:
         """Tests by suite and category."""
         out: dict[str, Counter[str]] = {}
