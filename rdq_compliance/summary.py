@@ -134,15 +134,23 @@ class Summary:
     # ---- rendering ----------------------------------------------------------------------
 
     def lines(self) -> list[str]:
-        """The summary, at most :data:`MAX_LINES` lines."""
-        out = [*self._server_lines(), *self._table()]
-        budget = MAX_LINES - len(out) - 2  # keep room for the chaos lines
-        for section in (self._violations, self._ledger, self._skips):
-            section_lines = section(max(budget, 2))
-            out.extend(section_lines)
-            budget -= len(section_lines)
-        out.extend(self._chaos_lines())
-        return out[:MAX_LINES]
+        """The summary, at most :data:`MAX_LINES` lines (long sections are cut, each
+        keeping its first lines and saying how many more there are and where)."""
+        head = [*self._server_lines(), *self._table()]
+        tail = self._chaos_lines()
+        budget = MAX_LINES - len(head) - len(tail)
+        sections = [
+            (lines, what)
+            for lines, what in (self._violations(), self._ledger(), self._skips())
+            if lines
+        ]
+        body: list[str] = []
+        for n, (lines, what) in enumerate(sections):
+            room = max(budget // (len(sections) - n), 2)  # a fair share; unused room moves on
+            kept = _cut(lines, room, what)
+            body.extend(kept)
+            budget -= len(kept)
+        return [*head, *body, *tail][:MAX_LINES]
 
     def _server_lines(self) -> list[str]:
         if not self._servers:
@@ -168,20 +176,21 @@ class Summary:
             rows.append("  no test ran")
         return rows
 
-    def _violations(self, budget: int) -> list[str]:
+    def _violations(self) -> tuple[list[str], str]:
         found = self.violations()
         if not found:
-            return ["  violations by rule: none"]
-        lines = [f"  violations by rule ({sum(len(v) for v in found.values())} failed tests):"]
+            return ["  violations by rule: none"], ""
+        failed = len({n for nodeids in found.values() for n in nodeids})
+        lines = [f"  violations by rule ({failed} failed tests):"]
         for rule, nodeids in sorted(found.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"    {rule}: {len(nodeids)} ({_names(nodeids)})")
-        return _cut(lines, budget, "rules (see the failures above, or rdq.rule in JUnit XML)")
+        return lines, "rules (see the failures above, or rdq.rule in the JUnit XML)"
 
-    def _ledger(self, budget: int) -> list[str]:
+    def _ledger(self) -> tuple[list[str], str]:
         xfailed = [(n, t) for n, t in self._tests.items() if t.category == "xfailed"]
         fixed = [(n, t) for n, t in self._tests.items() if t.strict_xpass]
         if not xfailed and not fixed:
-            return []
+            return [], ""
         lines = []
         if xfailed:
             lines.append(f"  expected failures (ledger): {len(xfailed)}")
@@ -193,20 +202,20 @@ class Summary:
             )
             for nodeid, test in fixed:
                 lines.append(f"    {_short(nodeid)}: {test.expected or test.reason}")
-        return _cut(lines, budget, "entries (see -rxX)")
+        return lines, "entries (see -rxX)"
 
-    def _skips(self, budget: int) -> list[str]:
+    def _skips(self) -> tuple[list[str], str]:
         by_reason: dict[str, list[str]] = {}
         for nodeid, test in self._tests.items():
             if test.category == "skipped":
                 by_reason.setdefault(test.reason or "(no reason given)", []).append(nodeid)
         if not by_reason:
-            return []
+            return [], ""
         total = sum(len(v) for v in by_reason.values())
         lines = [f"  skipped: {total}"]
         for reason, nodeids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"    {len(nodeids)} x {reason} ({_names(nodeids)})")
-        return _cut(lines, budget, "reasons (see -rs)")
+        return lines, "reasons (see -rs)"
 
     def _chaos_lines(self) -> list[str]:
         lines = []
