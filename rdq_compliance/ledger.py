@@ -100,8 +100,7 @@ class Ledger:
             close = difflib.get_close_matches(entry.key, candidates, n=3, cutoff=0.6)
             hint = f"; close matches: {', '.join(close)}" if close else ""
             problems.append(
-                f"{entry.key!r} ({entry.source}) is neither a rule id nor a test of this run"
-                f"{hint}"
+                f"{entry.key!r} ({entry.source}) is neither a rule id nor a test of this run{hint}"
             )
         if problems:
             raise InvalidArgument(
@@ -120,5 +119,3 @@ class Ledger:
             if entry.is_rule and entry.key in test.rules:
                 return entry
         return None
-
-

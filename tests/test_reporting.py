@@ -139,9 +139,9 @@ def test_summary_counts_by_suite_and_lists_every_skip_with_its_reason(tmp_path: 
     assert proc.returncode == 0, proc.stdout[-3000:]
     block = _summary_block(proc.stdout)
     assert 3 <= len(block) <= summary.MAX_LINES, block
-    assert block[0] == (
-        "rdq: memory server: in-process [the reference store, rdq_core.memory]"
-    ), block
+    assert block[0] == ("rdq: memory server: in-process [the reference store, rdq_core.memory]"), (
+        block
+    )
     row = next(line for line in block if line.strip().startswith("conformance"))
     assert row.split() == ["conformance", "2", "0", "0", "1", "0", "0"], row
     assert "  violations by rule: none" in block
@@ -168,9 +168,7 @@ def test_summary_reaches_the_xdist_controller_from_the_workers(tmp_path: Path) -
     assert "  violations by rule (1 failed tests):" in block, block
     assert "    claim-limit: 1 (test_claim_returns_exactly_limit_when_more_are_due)" in block
     assert any("does not declare capability 'multi_process'" in line for line in block), block
-    failed = [
-        c for c in ET.parse(xml).getroot().iter("testcase") if c.find("failure") is not None
-    ]
+    failed = [c for c in ET.parse(xml).getroot().iter("testcase") if c.find("failure") is not None]
     assert [p.get("value") for p in failed[0].iter("property") if p.get("name") == "rdq.rule"] == [
         "claim-limit"
     ]
@@ -218,9 +216,9 @@ def test_summary_on_sqlite_with_junit(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:]
     cases = list(ET.parse(xml).getroot().iter("testcase"))
     assert len(cases) > 50
-    assert all(
-        [p.get("name") for p in c.iter("property")] == ["rdq.rules"] for c in cases
-    ), "every test case names the rules it checks"
+    assert all([p.get("name") for p in c.iter("property")] == ["rdq.rules"] for c in cases), (
+        "every test case names the rules it checks"
+    )
     names = {c.get("name") for c in cases}
     assert "test_dlq_pages_return_every_dead_task_once_in_dead_letter_order[page-size-7]" in names
     block = _summary_block(proc.stdout)
