@@ -244,3 +244,32 @@ def test_a_named_server_that_does_not_answer_is_one_error(tmp_path: Path, worker
     assert "s3cret" not in out
     assert "Start that server, correct the address, or remove the DSN" in out
     assert "ERROR at setup" not in out and "INTERNALERROR" not in out
+
+
+# ---- chaos ------------------------------------------------------------------------------------
+
+
+def test_a_failing_chaos_campaign_names_its_report_folder(tmp_path: Path) -> None:
+    """A backend that deletes dead-lettered tasks, on the tiny scenario (a few seconds)."""
+    xml = tmp_path / "out.xml"
+    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR / "chaos")}
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "chaos",
+         "--rdq-backend=_broken_chaos_backends:dead_letter_deletes",
+         f"--rdq-chaos-scenario={TESTS_DIR / 'chaos' / 'tiny.toml'}", f"--junitxml={xml}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    (case,) = ET.parse(xml).getroot().iter("testcase")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    folder = Path(str(props["rdq.chaos-report"]))
+    assert (folder / "results.json").is_file(), props
+    assert props["rdq.rule"] == "no-loss"
+    assert json.loads(str(props["rdq.faults"]))["total_kills"] >= 1
+    failure = case.find("failure")
+    assert failure is not None and f"report folder: {folder}" in str(failure.get("message"))
+    block = _summary_block(proc.stdout)
+    assert f"  chaos report: {folder}" in block, block
+    assert any(line.startswith("  chaos faults injected: ") for line in block), block
+    assert "    no-loss: 1 (test_chaos_campaign_finds_no_violation)" in block, block
