@@ -9,8 +9,9 @@ One small module per job:
 ``ports``                 :func:`free_port`, :func:`port_open`
 ``binaries``              :func:`find_binary`, :func:`find_binaries`, :func:`search_dirs`,
                           :class:`BinaryNotFound`
-``users``                 :class:`RunAs`, :func:`resolve_user`, :func:`chown_tree`,
-                          :func:`traversable_by` (a server run as another user when root)
+``users``                 :class:`RunAs`, :func:`server_user`, :func:`server_base`,
+                          :func:`resolve_user`, :func:`chown_tree`, :func:`traversable_by`
+                          (a server run as another user when root, and where it lives)
 ``process``               :class:`ManagedProcess` (a process that dies with the kit),
                           :class:`ProcessFailed`, :func:`run_to_completion`,
                           :func:`remove_tree`
@@ -65,7 +66,14 @@ from rdq_compliance.provision.process import (
     remove_tree,
     run_to_completion,
 )
-from rdq_compliance.provision.users import RunAs, chown_tree, resolve_user, traversable_by
+from rdq_compliance.provision.users import (
+    RunAs,
+    chown_tree,
+    resolve_user,
+    server_base,
+    server_user,
+    traversable_by,
+)
 
 __all__ = [
     "CUT_CONNECTIONS",
@@ -99,6 +107,8 @@ __all__ = [
     "resolve_user",
     "run_to_completion",
     "search_dirs",
+    "server_base",
+    "server_user",
     "traversable_by",
     "wait_until_ready",
 ]
