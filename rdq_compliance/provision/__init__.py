@@ -20,6 +20,10 @@ One small module per job:
 ``options``               the one parser of ``--rdq-option`` rung options:
                           :func:`option`, :class:`RungOptions`
 ``containers``            :func:`docker_unavailable_reason`, :func:`wait_until_ready`
+``kit_container``         :func:`start_kit_container` (a labelled server container,
+                          reaped when the kit dies) from a :class:`ContainerSpec`, the
+                          :class:`KitContainer` it returns (address, faults, removal),
+                          :func:`check_network_mode` for a ``*_network`` option
 ========================  ===============================================================
 
 **Import rule.** A backend's *storage* half imports only :mod:`rdq_core` and its driver,
@@ -51,6 +55,12 @@ from rdq_compliance.provision.binaries import (
     search_dirs,
 )
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
+from rdq_compliance.provision.kit_container import (
+    ContainerSpec,
+    KitContainer,
+    check_network_mode,
+    start_kit_container,
+)
 from rdq_compliance.provision.options import (
     Option,
     OptionValues,
@@ -83,6 +93,8 @@ __all__ = [
     "RESTART_SERVER",
     "Backend",
     "BinaryNotFound",
+    "ContainerSpec",
+    "KitContainer",
     "ManagedProcess",
     "Option",
     "OptionValues",
@@ -96,6 +108,7 @@ __all__ = [
     "Server",
     "StorageSpec",
     "UnsupportedFault",
+    "check_network_mode",
     "chown_tree",
     "docker_unavailable_reason",
     "find_binaries",
@@ -109,6 +122,7 @@ __all__ = [
     "search_dirs",
     "server_base",
     "server_user",
+    "start_kit_container",
     "traversable_by",
     "wait_until_ready",
 ]
