@@ -232,6 +232,7 @@ def _faults(counters: dict[str, object]) -> str:
         ("pauses", "worker pauses"),
         ("server_kills", "server kills"),
         ("server_restarts", "server restarts"),
+        ("server_pauses", "server freezes"),
         ("connection_cuts", "connection cuts"),
         ("redrives", "redrives"),
     )

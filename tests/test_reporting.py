@@ -177,7 +177,9 @@ def test_summary_reaches_the_xdist_controller_from_the_workers(tmp_path: Path) -
 def test_summary_shows_faults_chaos_report_and_fits_one_screen() -> None:
     report = summary.Summary("pg", "backend pg (from command line), server provisioned by the kit")
     server = json.dumps({"origin": "local binary /usr/bin/postgres", "version": "PostgreSQL 15"})
-    faults = json.dumps({"total_kills": 7, "pauses": 2, "server_kills": 1, "redrives": 0})
+    faults = json.dumps(
+        {"total_kills": 7, "pauses": 2, "server_kills": 1, "server_pauses": 1, "redrives": 0}
+    )
     report.add(
         summary.Outcome(
             "suite/test_chaos.py::test_chaos", "chaos", "failed",
@@ -199,7 +201,10 @@ def test_summary_shows_faults_chaos_report_and_fits_one_screen() -> None:
     lines = report.lines()
     assert len(lines) <= summary.MAX_LINES, "\n".join(lines)
     assert lines[0] == "rdq: pg server: local binary /usr/bin/postgres [PostgreSQL 15]"
-    assert "  chaos faults injected: 7 worker kills, 2 worker pauses, 1 server kills" in lines
+    assert (
+        "  chaos faults injected: 7 worker kills, 2 worker pauses, 1 server kills, "
+        "1 server freezes"
+    ) in lines
     assert "  chaos report: /tmp/chaos-standard0" in lines
     assert any(line.startswith("    ... and ") and "more rules" in line for line in lines), lines
     assert any(line.startswith("    ... and ") and "more reasons" in line for line in lines)
