@@ -129,16 +129,23 @@ class Reporting:
             self._server_sent = True
         entry = item.stash.get(_ENTRY, None)
         named = rules.named_in(_crash_text(report)) if report.longrepr else ()
-        if entry is not None and entry.is_rule and hasattr(report, "wasxfail") and report.skipped:
-            if named and entry.key not in named:
+        if entry is not None and hasattr(report, "wasxfail") and report.skipped:
+            problem = None
+            if report.when != "call":
+                # The ledger covers what the test checks, not its set-up (a server that
+                # went away, a broken fixture): that stays an error.
+                problem = f"its {report.when} failed"
+            elif entry.is_rule and named and entry.key not in named:
                 # A failure under another rule than the known gap's: a regression.
+                problem = f"it failed under {', '.join(named)}"
+            if problem is not None:
                 del report.wasxfail
                 report.outcome = "failed"
                 report.sections.append(
                     (
                         "rdq expected-failure ledger",
-                        f"this test is in the ledger for rule {entry.key} ({entry.reason}), "
-                        f"but it failed under {', '.join(named)}: reported as a failure",
+                        f"this test is in the ledger ({entry.describe()}), but {problem}: "
+                        "reported as a failure",
                     )
                 )
         if report.failed and not _strict_xpass(report):

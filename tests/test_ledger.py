@@ -169,7 +169,7 @@ def test_a_failure_under_another_rule_than_the_entrys_is_reported(
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", LIMIT_IGNORED, "-k", EXACT)
     assert _outcomes(result) == {EXACT: "failed"}, result.stdout.str()[-3000:]
     result.stdout.fnmatch_lines(
-        ["*in the ledger for rule claim-complete (stops short), but it failed under claim-limit*"]
+        ["*in the ledger (rule claim-complete: stops short (*), but it failed under claim-limit:*"]
     )
     assert "claim-limit: 1 (" in _summary(result)
 
@@ -217,3 +217,25 @@ def test_an_unknown_entry_under_xdist_is_one_usage_error_too(tmp_path: Path) -> 
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, out[-3000:]
     assert f"'{ORDER}x' (" in out and f"close matches: {ORDER}" in out, out[-3000:]
     assert "INTERNALERROR" not in out
+
+
+_SETUP_FAILS = """
+import pytest
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("the fixture broke")
+
+def test_mine(broken):
+    pass
+"""
+
+
+def test_a_covered_test_whose_set_up_fails_is_an_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_own=_SETUP_FAILS)
+    pytester.makepyprojecttoml('[tool.rdq.expected-failures]\n"test_mine" = "known gap"\n')
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--rdq-backend=memory", "--rdq-no-suite"
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*in the ledger (test_mine: known gap (*), but its setup failed*"])
