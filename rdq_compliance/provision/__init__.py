@@ -9,8 +9,9 @@ One small module per job:
 ``ports``                 :func:`free_port`, :func:`port_open`
 ``binaries``              :func:`find_binary`, :func:`find_binaries`, :func:`search_dirs`,
                           :class:`BinaryNotFound`
-``users``                 :class:`RunAs`, :func:`resolve_user`, :func:`chown_tree`,
-                          :func:`traversable_by` (a server run as another user when root)
+``users``                 :class:`RunAs`, :func:`server_user`, :func:`server_base`,
+                          :func:`resolve_user`, :func:`chown_tree`, :func:`traversable_by`
+                          (a server run as another user when root, and where it lives)
 ``process``               :class:`ManagedProcess` (a process that dies with the kit),
                           :class:`ProcessFailed`, :func:`run_to_completion`,
                           :func:`remove_tree`
@@ -19,6 +20,10 @@ One small module per job:
 ``options``               the one parser of ``--rdq-option`` rung options:
                           :func:`option`, :class:`RungOptions`
 ``containers``            :func:`docker_unavailable_reason`, :func:`wait_until_ready`
+``kit_container``         :func:`start_kit_container` (a labelled server container,
+                          reaped when the kit dies) from a :class:`ContainerSpec`, the
+                          :class:`KitContainer` it returns (address, faults, removal),
+                          :func:`check_network_mode` for a ``*_network`` option
 ========================  ===============================================================
 
 **Import rule.** A backend's *storage* half imports only :mod:`rdq_core` and its driver,
@@ -50,6 +55,12 @@ from rdq_compliance.provision.binaries import (
     search_dirs,
 )
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
+from rdq_compliance.provision.kit_container import (
+    ContainerSpec,
+    KitContainer,
+    check_network_mode,
+    start_kit_container,
+)
 from rdq_compliance.provision.options import (
     Option,
     OptionValues,
@@ -65,7 +76,14 @@ from rdq_compliance.provision.process import (
     remove_tree,
     run_to_completion,
 )
-from rdq_compliance.provision.users import RunAs, chown_tree, resolve_user, traversable_by
+from rdq_compliance.provision.users import (
+    RunAs,
+    chown_tree,
+    resolve_user,
+    server_base,
+    server_user,
+    traversable_by,
+)
 
 __all__ = [
     "CUT_CONNECTIONS",
@@ -75,6 +93,8 @@ __all__ = [
     "RESTART_SERVER",
     "Backend",
     "BinaryNotFound",
+    "ContainerSpec",
+    "KitContainer",
     "ManagedProcess",
     "Option",
     "OptionValues",
@@ -88,6 +108,7 @@ __all__ = [
     "Server",
     "StorageSpec",
     "UnsupportedFault",
+    "check_network_mode",
     "chown_tree",
     "docker_unavailable_reason",
     "find_binaries",
@@ -99,6 +120,9 @@ __all__ = [
     "resolve_user",
     "run_to_completion",
     "search_dirs",
+    "server_base",
+    "server_user",
+    "start_kit_container",
     "traversable_by",
     "wait_until_ready",
 ]

@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,7 +69,7 @@ from rdq_compliance.provision.process import (
     remove_tree,
     run_to_completion,
 )
-from rdq_compliance.provision.users import RunAs, chown_tree, resolve_user, traversable_by
+from rdq_compliance.provision.users import RunAs, server_base, server_user
 from rdq_postgres.options import (
     DEFAULT_OS_USER,
     LOCAL_OPTIONS,
@@ -130,21 +129,7 @@ def _find_binaries(bin_dirs: Paths | None) -> dict[str, Path]:
 
 def _server_user(name: str = DEFAULT_OS_USER) -> RunAs | None:
     """The user to run as (``pg_user``): ``None`` (ourselves) unless we are root."""
-    if os.name != "posix" or os.geteuid() != 0:
-        return None
-    try:
-        user = resolve_user(name)
-    except LookupError:
-        raise ProvisionUnavailable(
-            f"we run as root and PostgreSQL refuses to run as root, but there is no system "
-            f"user {name!r} to run it as; create one (useradd --system {name}), run the "
-            "tests as an ordinary user, or pass --rdq-option pg_user=SOMEUSER"
-        ) from None
-    if user.uid == 0:
-        raise ProvisionUnavailable(
-            f"pg_user {name!r} is root, and PostgreSQL refuses to run as root"
-        )
-    return user
+    return server_user(name, server="PostgreSQL", option="pg_user")
 
 
 def _server_env(user: RunAs | None) -> dict[str, str]:
@@ -320,17 +305,7 @@ class PortInUse(ProcessFailed):
 
 def _prepare_base(workdir: Path, user: RunAs | None) -> tuple[Path, bool]:
     """The folder the cluster lives in, given to ``user``; ``(path, created_privately)``."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    if user is None:
-        return workdir, False
-    if traversable_by(workdir.parent, user):  # workdir itself is about to be given away
-        os.chown(workdir, user.uid, user.gid)
-        return workdir, False
-    # The kit's workdir sits below a folder the server user cannot enter (e.g. pytest's
-    # 0700 /tmp/pytest-of-root): live in a private folder of our own instead.
-    base = Path(tempfile.mkdtemp(prefix="rdq-pg-"))
-    chown_tree(base, user)
-    return base, True
+    return server_base(workdir, user, prefix="rdq-pg-")
 
 
 def create_cluster(request: ProvisionRequest) -> LocalCluster:

@@ -1,0 +1,370 @@
+"""The "local binaries" rung: a private MariaDB (or MySQL) server from installed binaries.
+
+:func:`start_local_server` finds the server (``mariadbd``, else ``mysqld``) on ``PATH`` or
+in the usual folders (:data:`SEARCH_DIRS`), creates a data directory in the kit's work
+folder — ``mariadb-install-db`` (or ``mysql_install_db``) for MariaDB, ``mysqld
+--initialize-insecure`` for MySQL — and starts the server with ``--no-defaults`` (no
+``my.cnf`` of the machine applies) on a free port bound to **127.0.0.1** only, with an
+``--init-file`` that lets ``root`` in from 127.0.0.1 without a password and creates the
+database :data:`DATABASE`. It waits until the server answers, then hands out
+``mysql://root@127.0.0.1:PORT/rdq``. Namespaces are databases, as on a given server.
+
+The server refuses to run as root: when we are root it runs as the ``mysql`` system user
+(option ``mysql_user``), and lives in a folder that user can reach
+(``rdq_compliance.provision.server_base``).
+
+It is a :class:`~rdq_compliance.provision.ManagedProcess`: a watchdog kills it and deletes
+its data if the kit process dies, even by SIGKILL. Faults: ``kill_server`` (SIGKILL of the
+whole process tree), ``restart_server`` (a start on the same port and data: InnoDB crash
+recovery), ``pause_server`` (SIGSTOP/SIGCONT), ``cut_connections``.
+
+Durability: ``innodb_flush_log_at_trx_commit=2`` — each commit *writes* its redo log
+before it returns (only the flush to the disk is once a second), so a SIGKILL of the
+server loses no commit (the write is in the kernel's page cache); doublewrite stays on
+(a page torn by the kill is repaired from it). The storage reads both and declares
+``durable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pymysql
+
+from rdq_compliance.provision import (
+    CUT_CONNECTIONS,
+    KILL_SERVER,
+    PAUSE_SERVER,
+    RESTART_SERVER,
+    BinaryNotFound,
+    ManagedProcess,
+    Paths,
+    ProcessFailed,
+    ProcessSlot,
+    ProvisionRequest,
+    ProvisionUnavailable,
+    RunAs,
+    find_binary,
+    free_port,
+    remove_tree,
+    run_to_completion,
+    server_base,
+    server_user,
+)
+from rdq_mysql.dsn import make_dsn
+from rdq_mysql.options import (
+    LOCAL_OPTIONS,
+    MYSQL_BIN_DIR,
+    MYSQL_MAX_CONNECTIONS,
+    MYSQL_START_TIMEOUT,
+    MYSQL_USER,
+)
+from rdq_mysql.server import MySqlServer
+
+#: Where servers are usually installed, after ``PATH``.
+SEARCH_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin", "/opt/mysql/bin")
+SERVERS = ("mariadbd", "mysqld")
+INSTALLERS = ("mariadb-install-db", "mysql_install_db")
+DATABASE = "rdq"
+_INIT_SQL = f"""\
+CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+CREATE DATABASE IF NOT EXISTS `{DATABASE}`;
+"""
+
+
+def _search(names: tuple[str, ...], bin_dirs: Paths | None) -> Path:
+    dirs, use_path = (list(bin_dirs), False) if bin_dirs is not None else (SEARCH_DIRS, True)
+    missing: BinaryNotFound | None = None
+    for name in names:
+        try:
+            return find_binary(name, dirs, use_path=use_path)
+        except BinaryNotFound as exc:
+            missing = missing or exc
+    assert missing is not None
+    hint = (
+        "as given by --rdq-option mysql_bin_dir"
+        if bin_dirs is not None
+        else "PATH, then the usual install folders"
+    )
+    raise ProvisionUnavailable(
+        f"MariaDB/MySQL server binaries: {' or '.join(names)} not found; searched: "
+        f"{', '.join(str(d) for d in missing.searched) or 'no folder'} [{hint}]; install "
+        "MariaDB (apt install mariadb-server) or MySQL, or point --rdq-option "
+        "mysql_bin_dir=FOLDER at the folders holding the server and its installer"
+    )
+
+
+def _server_version(binary: Path) -> str:
+    try:
+        done = subprocess.run(
+            [os.fspath(binary), "--version"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProvisionUnavailable(f"{binary} --version failed: {exc}") from None
+    return (done.stdout or done.stderr).strip()
+
+
+@dataclass
+class LocalMySql(ProcessSlot):
+    """One data directory and the server process running on it (if any)."""
+
+    server: Path
+    installer: Path | None
+    mariadb: bool
+    base: Path
+    port: int
+    user: RunAs | None
+    max_connections: int = 300
+    start_timeout: float = 60.0
+    private_base: bool = False
+    process: ManagedProcess | None = field(default=None, repr=False)
+
+    @property
+    def datadir(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base / "mysqld.log"
+
+    @property
+    def init_file(self) -> Path:
+        return self.base / "init.sql"
+
+    @property
+    def socket(self) -> Path:
+        return self.base / "mysqld.sock"
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MYSQL")}
+        if self.user is not None:
+            env.update(HOME=self.user.home or "/", USER=self.user.name, LOGNAME=self.user.name)
+        return env
+
+    def initialize(self) -> None:
+        """Create the data directory (as the server user)."""
+        self.init_file.write_text(_INIT_SQL)
+        if self.user is not None:
+            os.chown(self.init_file, self.user.uid, self.user.gid)
+        if self.mariadb and self.installer is not None:
+            argv: list[str | os.PathLike[str]] = [
+                self.installer,
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ]
+            basedir = self.server.parent.parent  # /usr/sbin/mariadbd -> /usr
+            argv.append(f"--basedir={basedir}")
+        else:
+            argv = [
+                self.server,
+                "--no-defaults",
+                "--initialize-insecure",
+                f"--datadir={self.datadir}",
+            ]
+        run_to_completion(
+            argv,
+            log_path=self.base / "install.log",
+            cwd=self.base,
+            env=self._env(),
+            user=self.user,
+            cleanup_paths=[self.datadir, *([self.base] if self.private_base else [])],
+            timeout=180.0,
+        )
+
+    def argv(self) -> list[str | os.PathLike[str]]:
+        return [
+            self.server,
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={self.socket}",
+            f"--pid-file={self.base / 'mysqld.pid'}",
+            f"--init-file={self.init_file}",
+            "--skip-name-resolve",
+            "--skip-log-bin",
+            "--character-set-server=utf8mb4",
+            f"--max-connections={self.max_connections}",
+            "--innodb-flush-log-at-trx-commit=2",
+            "--innodb-doublewrite=1",
+            "--innodb-buffer-pool-size=128M",
+            "--innodb-use-native-aio=0",
+            "--max-allowed-packet=64M",
+        ]
+
+    def probe(self) -> bool:
+        conn = pymysql.connect(
+            host="127.0.0.1", port=self.port, user="root", database=DATABASE, connect_timeout=2
+        )
+        conn.close()
+        return True
+
+    def start(self) -> None:
+        """Start the server and wait until it answers (crash recovery included)."""
+        process = ManagedProcess(
+            self.argv(),
+            log_path=self.log_path,
+            cwd=self.base,
+            env=self._env(),
+            user=self.user,
+            stop_signal=signal.SIGTERM,  # a clean shutdown
+            grace=20.0,
+            cleanup_paths=[self.datadir, *([self.base] if self.private_base else [])],
+        )
+        process.start()
+        self.process = process
+        try:
+            process.wait_ready(
+                self.probe, self.start_timeout, what=f"{self.server.name} on port {self.port}"
+            )
+        except ProcessFailed:
+            process.stop(grace=2.0)
+            self.process = None
+            raise
+
+    def remove(self) -> None:
+        super().remove()
+        for path in (self.init_file, self.base / "install.log", self.socket):
+            remove_tree(path)
+        if self.private_base:
+            remove_tree(self.base)
+
+
+def create_local(request: ProvisionRequest) -> LocalMySql:
+    """Find the binaries, create the data directory, start the server on a free port."""
+    options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
+    bin_dirs = options[MYSQL_BIN_DIR]
+    server = _search(SERVERS, bin_dirs)
+    version = _server_version(server)
+    mariadb = "mariadb" in version.lower() or server.name == "mariadbd"
+    installer = _search(INSTALLERS, bin_dirs) if mariadb else None
+    user = server_user(options[MYSQL_USER], server=server.name, option="mysql_user")
+    base, private = server_base(Path(request.workdir), user, prefix="rdq-mysql-")
+    node = LocalMySql(
+        server=server,
+        installer=installer,
+        mariadb=mariadb,
+        base=base,
+        port=0,
+        user=user,
+        max_connections=options[MYSQL_MAX_CONNECTIONS],
+        start_timeout=options[MYSQL_START_TIMEOUT],
+        private_base=private,
+    )
+    try:
+        try:
+            node.initialize()
+        except ProcessFailed as exc:
+            raise ProvisionUnavailable(
+                f"creating the data directory {node.datadir} failed: {exc}"
+            ) from exc
+        for attempt in range(5):
+            node.port = free_port()
+            try:
+                node.start()
+                break
+            except ProcessFailed:
+                if attempt == 4 or "Address already in use" not in node.log_tail():
+                    raise
+    except ProvisionUnavailable:
+        node.stop()
+        node.remove()
+        raise
+    except (ProcessFailed, OSError) as exc:
+        node.stop()
+        node.remove()
+        raise ProvisionUnavailable(f"the local server ({server}) did not start: {exc}") from exc
+    except BaseException:
+        node.stop()
+        node.remove()
+        raise
+    return node
+
+
+class LocalMySqlServer(MySqlServer):
+    """A private server the kit started from local binaries (see the module docstring)."""
+
+    faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
+
+    def __init__(self, node: LocalMySql) -> None:
+        self.node = node
+        self._state_lock = threading.Lock()
+        self._killed = False
+        self._closed = False
+        super().__init__(
+            make_dsn("127.0.0.1", node.port, "root", DATABASE),
+            origin=f"local binary {node.server} on 127.0.0.1:{node.port}",
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the server; it stays down until :meth:`restart`."""
+        with self._state_lock:
+            self._check_open()
+            self.node.kill()
+            self._killed = True
+            self._forget_admin_connection()
+
+    def restart(self) -> None:
+        """Start the server again on the same port and data (a clean stop first if it runs)."""
+        with self._state_lock:
+            self._check_open()
+            self.node.stop()
+            self._forget_admin_connection()
+            try:
+                self.node.start()
+            except ProcessFailed as exc:
+                raise ProvisionUnavailable(f"could not restart {self.origin}: {exc}") from exc
+            self._killed = False
+
+    def pause(self) -> None:
+        with self._state_lock:
+            self._check_open()
+            self.node.pause()
+
+    def resume(self) -> None:
+        with self._state_lock:
+            self._check_open()
+            self.node.resume()
+
+    def pids(self) -> list[int]:
+        return self.node.pids()
+
+    def close(self) -> None:
+        """Stop the server and delete its data; idempotent, fine after a kill or a pause."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self.node.paused:
+                self.node.resume()
+            if not self._killed:
+                with contextlib.suppress(Exception):
+                    super().close()
+            self._forget_admin_connection()
+            self.node.stop()
+            self.node.remove()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProvisionUnavailable(f"{self.origin} was closed")
+
+
+def start_local_server(request: ProvisionRequest) -> LocalMySqlServer:
+    """Rung 2 of the ladder (see the module docstring)."""
+    node = create_local(request)
+    try:
+        return LocalMySqlServer(node)
+    except BaseException:
+        node.stop()
+        node.remove()
+        raise

@@ -1,0 +1,163 @@
+"""``MySqlServer``: a MariaDB/MySQL server the kit provisions namespaces on (plugin half).
+
+A namespace is a database ``rdq_<32 hex>`` holding the tables of :mod:`rdq_mysql.schema`.
+This is rung 1 of the provisioning ladder as it is: a server given by DSN. It must answer
+(else ``BackendUnavailable`` saying why: nothing listening, wrong credentials, ...) and
+support ``SKIP LOCKED`` (MariaDB 10.6+, MySQL 8.0+); it is never stopped by the kit. The
+one fault it can inject is ``cut_connections``: ``KILL CONNECTION`` every session whose
+current database is the namespace (what storages of that namespace use). The kit's own
+rungs (:mod:`rdq_mysql.local`, :mod:`rdq_mysql.container`) subclass it with the faults of
+a server the kit owns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import pymysql
+
+from rdq_compliance.provision import CUT_CONNECTIONS, Server
+from rdq_core.errors import BackendUnavailable
+from rdq_mysql import schema
+from rdq_mysql.connection import connect
+from rdq_mysql.dsn import Address, mask_dsn, parse_dsn
+from rdq_mysql.errors import map_error
+
+T = TypeVar("T")
+
+#: Oldest servers supported: ``SKIP LOCKED`` arrived in MariaDB 10.6 and MySQL 8.0.
+MIN_MARIADB = (10, 6)
+MIN_MYSQL = (8, 0)
+
+
+def new_namespace_name() -> str:
+    return "rdq_" + secrets.token_hex(16)
+
+
+def flavour_of(version: str) -> tuple[str, tuple[int, int]]:
+    """``("MariaDB" | "MySQL", (major, minor))`` from ``SELECT VERSION()``."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    numbers = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    return ("MariaDB" if "mariadb" in version.lower() else "MySQL"), numbers
+
+
+class MySqlServer(Server):
+    """A MariaDB/MySQL server at ``dsn``; ``close()`` drops the namespaces it created that
+    are still there and leaves the server running."""
+
+    faults: frozenset[str] = frozenset({CUT_CONNECTIONS})
+
+    def __init__(self, dsn: str, *, origin: str | None = None) -> None:
+        self.address: Address = parse_dsn(dsn)
+        self.dsn = dsn
+        self._lock = threading.Lock()
+        self._conn: pymysql.Connection | None = None
+        self._pid = os.getpid()
+        self._created: set[str] = set()
+        self.version = str(self._admin_call("version", _version))
+        self.flavour, numbers = flavour_of(self.version)
+        minimum = MIN_MARIADB if self.flavour == "MariaDB" else MIN_MYSQL
+        if numbers < minimum:
+            raise BackendUnavailable(
+                f"the server at {mask_dsn(dsn)} is {self.flavour} {self.version}; rdq_mysql "
+                "needs FOR UPDATE SKIP LOCKED: MariaDB 10.6+ or MySQL 8.0+"
+            )
+        self.origin = (origin or f"given DSN {mask_dsn(dsn)}") + f" ({self.flavour} {self.version})"
+
+    def _admin(self) -> pymysql.Connection:
+        """The server's own connection (re-opened if lost or inherited through fork)."""
+        conn = self._conn
+        if conn is not None and conn.open and self._pid == os.getpid():
+            return conn
+        conn = connect(self.address)
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _admin_call(self, action: str, fn: Callable[[pymysql.Connection], T]) -> T:
+        with self._lock:
+            for attempt in range(2):
+                conn = self._admin()
+                try:
+                    return fn(conn)
+                except (pymysql.err.MySQLError, OSError) as exc:
+                    if not conn.open or isinstance(exc, (pymysql.err.InterfaceError, OSError)):
+                        self._conn = None
+                    if self._conn is None and attempt == 0:
+                        continue  # the admin connection had died: once more on a new one
+                    raise map_error(exc, action, self.address.where) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _forget_admin_connection(self) -> None:
+        """The admin connection died with the server (a kill, a restart)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def create_namespace(self) -> str:
+        namespace = new_namespace_name()
+        self._admin_call("create_namespace", lambda conn: schema.create_namespace(conn, namespace))
+        with self._lock:
+            self._created.add(namespace)
+        return namespace
+
+    def drop_namespace(self, namespace: str) -> None:
+        schema.namespace_name(namespace)
+        # Sessions of the namespace may hold locks that would make the drop wait: end them.
+        self.cut_connections(namespace)
+        self._admin_call("drop_namespace", lambda conn: schema.drop_namespace(conn, namespace))
+        with self._lock:
+            self._created.discard(namespace)
+
+    def cut_connections(self, namespace: str) -> int:
+        """``KILL CONNECTION`` every session whose current database is ``namespace``."""
+        schema.namespace_name(namespace)
+
+        def cut(conn: pymysql.Connection) -> int:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT ID FROM information_schema.PROCESSLIST "
+                    "WHERE DB = %s AND ID <> CONNECTION_ID()",
+                    (namespace,),
+                )
+                ids = [int(r[0]) for r in cur.fetchall()]
+                done = 0
+                for session in ids:
+                    try:
+                        cur.execute(f"KILL CONNECTION {session}")
+                        done += 1
+                    except pymysql.err.OperationalError:
+                        pass  # it ended by itself meanwhile (unknown thread id)
+                return done
+
+        return self._admin_call("cut_connections", cut)
+
+    def close(self) -> None:
+        """Drop the namespaces this object created that are still there; close the admin
+        connection; the server keeps running."""
+        with self._lock:
+            leftover, self._created = sorted(self._created), set()
+        for namespace in leftover:
+            try:
+                self.drop_namespace(namespace)
+            except BackendUnavailable:
+                break
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+def _version(conn: pymysql.Connection) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        row = cur.fetchone()
+    return str(row[0]) if row else "unknown"
