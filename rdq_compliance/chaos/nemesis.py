@@ -32,6 +32,13 @@ and server, journaling each fault in the harness journal *before* it acts
   (connection cuts, redrives, a restart) and the progress poll wait for the resume; the
   worker faults go on;
 - ``cut_connections``: the server terminates the namespace's sessions;
+- ``failover`` (a replicated server only: ``failover`` in ``Server.faults``): the
+  replica is frozen for ``replica_lag`` seconds (if > 0), the primary SIGKILLed, the
+  replica promoted and the server's address moved to it (:meth:`Server.failover`; the
+  nemesis loop waits for it, a few seconds at most). Planned while tasks are still
+  becoming due, so that the kill lands under write load. Not gated on ``durable``: the
+  old primary's data is discarded either way, and what survives is what replication
+  carried — which is what the fault measures;
 - ``redrive`` every ``redrive_interval`` seconds: the DLQ's tasks, listed by id, are
   redriven by id (so the journal names exactly the tasks redriven).
 
@@ -54,6 +61,7 @@ from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.scenario import KILL_POINTS, Scenario
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
+    FAILOVER,
     KILL_SERVER,
     PAUSE_SERVER,
     RESTART_SERVER,
@@ -65,9 +73,19 @@ from rdq_core.spi import Storage
 #: An armed worker that has not killed itself after this many leases is killed by us.
 ARM_TIMEOUT = 4.0
 #: Kinds in the order faults planned for the same instant are applied.
-_ORDER = ("server_restart", "server_pause", "cut_connections", "pause", "kill", "redrive")
+_ORDER = (
+    "failover",
+    "server_restart",
+    "server_pause",
+    "cut_connections",
+    "pause",
+    "kill",
+    "redrive",
+)
 #: Kinds that need the server to answer: held back while it is frozen.
-_TALKS_TO_SERVER = frozenset({"server_restart", "server_pause", "cut_connections", "redrive"})
+_TALKS_TO_SERVER = frozenset(
+    {"failover", "server_restart", "server_pause", "cut_connections", "redrive"}
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +93,7 @@ class PlannedFault:
     """One fault of the schedule: ``at`` seconds into the fault window."""
 
     at: float
-    kind: str  # kill | pause | server_restart | server_pause | cut_connections | redrive
+    kind: str  # kill | pause | server_restart | server_pause | cut_connections | failover | redrive
     slot: int | None = None
     point: str | None = None
     duration: float | None = None
@@ -188,6 +206,7 @@ def plan_faults(
         else:
             for _ in range(f.connection_cuts):
                 faults.append(PlannedFault(when(window * 0.95), "cut_connections"))
+    faults += _plan_failovers(scenario, supported, server_name, when, busy, skipped)
     if f.redrive_interval:
         k = 1
         while k * f.redrive_interval <= window:
@@ -195,6 +214,31 @@ def plan_faults(
             k += 1
     faults.sort(key=lambda x: (x.at, _ORDER.index(x.kind), x.slot or 0))
     return FaultPlan(tuple(faults), tuple(skipped))
+
+
+def _plan_failovers(
+    scenario: Scenario,
+    supported: frozenset[str] | set[str],
+    server_name: str,
+    when: Callable[[float], float],
+    busy: float,
+    skipped: list[str],
+) -> list[PlannedFault]:
+    """``[faults.failover]``: ``count`` failovers while tasks are still becoming due."""
+    f = scenario.faults
+    if not f.failovers:
+        return []
+    if FAILOVER not in supported:
+        skipped.append(
+            f"failover x{f.failovers}: skipped, {server_name} does not support failover (it "
+            "has no replica: start a replicated server, e.g. --rdq-option pg_replica=async "
+            "or redis_replica=async)"
+        )
+        return []
+    return [
+        PlannedFault(when(busy * 0.8), "failover", None, None, f.failover_lag)
+        for _ in range(f.failovers)
+    ]
 
 
 @dataclass
@@ -210,6 +254,7 @@ class Counters:
     server_resumes: int = 0
     cuts: int = 0
     connections_cut: int = 0
+    failovers: int = 0
     redrives: int = 0
     redriven_tasks: int = 0
     arm_timeouts: int = 0
@@ -233,6 +278,7 @@ class Counters:
             "server_resumes": self.server_resumes,
             "connection_cuts": self.cuts,
             "connections_cut": self.connections_cut,
+            "failovers": self.failovers,
             "redrives": self.redrives,
             "redriven_tasks": self.redriven_tasks,
             "arm_timeouts": self.arm_timeouts,
@@ -410,6 +456,8 @@ class Nemesis:
         if fault.kind == "cut_connections":
             self._cut()
             return True
+        if fault.kind == "failover":
+            return self._failover(fault)
         if fault.kind == "redrive":
             self.redrive()
             return True
@@ -555,6 +603,20 @@ class Nemesis:
             return True
 
         self._pending.append(_Pending(self.clock() + fault.duration, resume, "resume server"))
+        return True
+
+    def _failover(self, fault: PlannedFault) -> bool:
+        if self._server_down:
+            return False
+        lag = fault.duration or 0.0
+        self.journal.write(INFO, "fault", kind="failover", target="server", replica_lag=lag)
+        try:
+            promoted = self.server.failover(lag)
+        except Exception as exc:
+            self.counters.notes.append(f"failover failed: {error_text(exc)}")
+            return True
+        self.journal.write(INFO, "fault", kind="promoted", target="server", promoted=promoted)
+        self.counters.failovers += 1
         return True
 
     def _cut(self) -> None:

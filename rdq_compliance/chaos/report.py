@@ -154,6 +154,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
     pauses: dict[str, Mark] = {}
     server_down: Mark | None = None
     frozen: Mark | None = None
+    failing: Mark | None = None
     procs: set[str] = set()
     times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
     t_min = min(times, default=0.0)
@@ -236,6 +237,20 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
                 frozen = None
             elif kind == "cut_connections":
                 marks.append(Mark(t, "cut", "server", f"connections cut ({e.get('count', '?')})"))
+            elif kind == "failover":
+                lag = e.get("replica_lag") or 0
+                failing = Mark(
+                    t,
+                    "failover",
+                    "server",
+                    "failover: primary SIGKILLed"
+                    + (f" after its replica lagged {lag}s" if lag else ""),
+                )
+                marks.append(failing)
+            elif kind == "promoted" and failing is not None:
+                failing.end = t
+                failing.label += f", replica promoted ({e.get('promoted', '?')})"
+                failing = None
         elif op == "redrive" and typ == "ok":
             marks.append(
                 Mark(t, "redrive", "harness", f"redrive of {len(e.get('tasks') or [])} dead tasks")
@@ -248,7 +263,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
             else:
                 bar.end = last_t.get(bar.proc, bar.start)
     for mark in marks:
-        if mark.kind in ("pause", "server", "freeze") and mark.end is None:
+        if mark.kind in ("pause", "server", "freeze", "failover") and mark.end is None:
             mark.end = t_max
     lanes = sorted(procs, key=_proc_key)
     return lanes, list(bars.values()), marks, t_min, t_max
@@ -362,6 +377,12 @@ def render_timeline(
                 f'height="{total_h - 18}" fill="#5dade2" opacity="0.22">'
                 f"<title>{html.escape(mark.label)}</title></rect>"
             )
+        elif mark.kind == "failover" and mark.end is not None:
+            svg.append(
+                f'<rect x="{x(mark.t)}" y="18" width="{max(2, x(mark.end) - x(mark.t))}" '
+                f'height="{total_h - 18}" fill="#e67e22" opacity="0.30">'
+                f"<title>{html.escape(mark.label)}</title></rect>"
+            )
         elif mark.kind == "pause" and mark.target in lane_y and mark.end is not None:
             ly, lh = lane_y[mark.target]
             svg.append(
@@ -423,6 +444,7 @@ def render_timeline(
         '<span><i style="background:#16a085"></i>redrive</span>'
         '<span><i style="background:#000;opacity:.2"></i>server down</span>'
         '<span><i style="background:#5dade2;opacity:.4"></i>server frozen</span>'
+        '<span><i style="background:#e67e22;opacity:.5"></i>failover</span>'
         '<span><i style="border:2px solid red;width:8px;height:6px"></i>task in a violation</span>'
     )
     verdict = summary.get("verdict", "?")
@@ -439,6 +461,7 @@ def render_timeline(
             ("pauses", summary.get("counters", {}).get("pauses")),
             ("server restarts", summary.get("counters", {}).get("server_restarts")),
             ("server freezes", summary.get("counters", {}).get("server_pauses")),
+            ("failovers", summary.get("counters", {}).get("failovers")),
             ("connection cuts", summary.get("counters", {}).get("connection_cuts")),
             ("redrives", summary.get("counters", {}).get("redrives")),
         )

@@ -33,6 +33,19 @@ Example (``chaos/standard.toml`` is the full one)::
     [faults.server_pause]        # freeze the whole server past the lease, then resume
     count = 1
     factor = [1.5, 2.5]
+
+    [faults.failover]            # kill the primary, promote its replica (chaos/failover.toml)
+    count = 1
+    replica_lag = "500ms"        # freeze the replica this long before the kill (default 0)
+
+``[faults.failover]`` needs a replicated server (``Server.faults`` has ``failover``:
+e.g. ``--rdq-option pg_replica=async`` or ``redis_replica=async``); otherwise it is
+skipped with a note. ``count`` failovers are spread over the fault window; each SIGKILLs
+the primary, promotes the replica and moves the server's address to it (a fresh replica
+of the new primary is started for the next one). ``replica_lag`` (a duration ≥ 0) first
+freezes the replica for that long while the primary goes on acknowledging writes: with
+asynchronous replication what it acknowledged meanwhile is lost at the failover; with
+synchronous replication the writes wait (or fail) instead.
 """
 
 from __future__ import annotations
@@ -145,6 +158,10 @@ class Faults:
     #: A server freeze lasts ``lease * factor`` with factor drawn from this range (> 1).
     server_pause_factor: tuple[float, float] = (1.5, 2.5)
     connection_cuts: int = 0
+    #: Failovers of a replicated server: primary SIGKILLed, replica promoted.
+    failovers: int = 0
+    #: Seconds the replica is frozen (SIGSTOP) just before each failover's kill.
+    failover_lag: float = 0.0
     #: Seconds between redrives of the DLQ (``None``: no redrive).
     redrive_interval: float | None = None
     #: No fault before this many seconds into the window (workers start up).
@@ -483,6 +500,7 @@ def _faults(t: _Table) -> Faults:
     ct = t.table("cut_connections")
     cuts = _int(ct, "count", 0, low=0, high=100_000)
     ct.done(("count",))
+    failovers, failover_lag = _failover(t)
     redrive = _duration(t, "redrive_interval", None)
     warmup = _number(t, "warmup", d.warmup, low=0)
     t.done(
@@ -492,6 +510,7 @@ def _faults(t: _Table) -> Faults:
             "server_restart",
             "server_pause",
             "cut_connections",
+            "failover",
             "redrive_interval",
             "warmup",
         )
@@ -506,9 +525,21 @@ def _faults(t: _Table) -> Faults:
         server_pauses=server_pauses,
         server_pause_factor=(float(zfactor[0]), float(zfactor[1])),
         connection_cuts=cuts,
+        failovers=failovers,
+        failover_lag=failover_lag,
         redrive_interval=redrive,
         warmup=warmup,
     )
+
+
+def _failover(t: _Table) -> tuple[int, float]:
+    """``[faults.failover]``: ``count`` and ``replica_lag`` (see the module docstring)."""
+    ft = t.table("failover")
+    count = _int(ft, "count", 0, low=0, high=100)
+    lag = _duration(ft, "replica_lag", 0.0)
+    ft.done(("count", "replica_lag"))
+    assert lag is not None
+    return count, lag
 
 
 def _limits(t: _Table) -> Limits:
@@ -548,6 +579,7 @@ def scenario_from_dict(
         or faults.server_restarts
         or faults.server_pauses
         or faults.connection_cuts
+        or faults.failovers
     ):
         raise ScenarioError(
             f"faults.warmup ({faults.warmup}s) must be shorter than duration ({duration}s)"

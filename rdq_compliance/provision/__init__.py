@@ -37,6 +37,7 @@ container helpers), never a backend. Its modules import one another by module
 
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
+    FAILOVER,
     FAULTS,
     KILL_SERVER,
     PAUSE_SERVER,
@@ -87,6 +88,7 @@ from rdq_compliance.provision.users import (
 
 __all__ = [
     "CUT_CONNECTIONS",
+    "FAILOVER",
     "FAULTS",
     "KILL_SERVER",
     "PAUSE_SERVER",

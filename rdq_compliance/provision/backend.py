@@ -41,9 +41,15 @@ KILL_SERVER = "kill_server"
 RESTART_SERVER = "restart_server"
 PAUSE_SERVER = "pause_server"
 CUT_CONNECTIONS = "cut_connections"
+#: ``failover``: SIGKILL the primary of a replicated server, promote its replica and move
+#: the server's address to it (:meth:`Server.failover`); what the old primary had
+#: acknowledged but not yet replicated is lost unless replication is synchronous.
+FAILOVER = "failover"
 #: Every fault name the kit knows: ``Server.faults`` is drawn from these, and
 #: ``rdq_requires_fault`` may only ask for these (any other name is an error).
-FAULTS: frozenset[str] = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
+FAULTS: frozenset[str] = frozenset(
+    {KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS, FAILOVER}
+)
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,16 @@ class Server(ABC):
     def cut_connections(self, namespace: str) -> int:
         """Terminate clients' connections to the namespace; returns how many."""
         raise UnsupportedFault(f"{type(self).__name__} cannot cut connections")
+
+    def failover(self, replica_lag: float = 0.0) -> str:
+        """SIGKILL the primary, promote the replica, move :attr:`dsn`'s address to it.
+
+        ``replica_lag`` > 0 first freezes the replica (SIGSTOP) for that many seconds while
+        the primary goes on acknowledging writes — a replica that lags, as one behind a
+        busy link or in a stall does. Clients reconnect to the same :attr:`dsn` and reach
+        the new primary; a fresh replica of it is started, so a later failover works too.
+        Returns a line for the journal (which process became the primary)."""
+        raise UnsupportedFault(f"{type(self).__name__} has no replica to fail over to")
 
     def pids(self) -> list[int]:
         """Process ids of server processes the kit started (for leak checks)."""

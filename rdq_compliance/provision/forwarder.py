@@ -1,0 +1,135 @@
+"""A loopback TCP forwarder whose upstream can be switched: the "virtual IP" of a failover.
+
+Real deployments give clients one stable address for "the primary" (a virtual IP that
+moves, a proxy, a DNS name) and move it when a replica is promoted. A replicated server
+the kit starts does the same with a :class:`Forwarder`: clients connect to
+``127.0.0.1:forwarder.port``; every connection is relayed byte for byte to the current
+upstream; :meth:`Forwarder.switch` points new connections at another upstream and closes
+every connection open to the old one (as a moved address does: the client sees its
+connection end and reconnects — to the new primary).
+
+It knows bytes, not protocols (no backend is named here). It runs as threads of the
+process that created it, so it **dies with that process** (however it dies: the kernel
+closes its sockets); there is no child process to reap. While the upstream does not
+accept (the primary was killed, nothing promoted yet) a new client connection is closed
+at once: the client sees a reset and retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+__all__ = ["Forwarder"]
+
+#: Seconds to wait for the upstream to accept a connection.
+CONNECT_TIMEOUT = 2.0
+
+
+class Forwarder:
+    """Listens on ``127.0.0.1:self.port``, relays every connection to ``upstream``."""
+
+    def __init__(self, upstream: tuple[str, int], *, name: str = "rdq-forwarder") -> None:
+        self._upstream = upstream
+        self._name = name
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._closed = False
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.port: int = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, daemon=True, name=name)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def upstream(self) -> tuple[str, int]:
+        return self._upstream
+
+    @property
+    def connections(self) -> int:
+        """Client connections relayed right now."""
+        with self._lock:
+            return len(self._sockets) // 2
+
+    def switch(self, upstream: tuple[str, int]) -> int:
+        """Relay new connections to ``upstream``; close every open one; returns how many."""
+        with self._lock:
+            self._upstream = upstream
+            open_, self._sockets = list(self._sockets), set()
+        for s in open_:
+            _close(s)
+        return len(open_) // 2
+
+    def close(self) -> None:
+        """Stop listening and close every connection; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            open_, self._sockets = list(self._sockets), set()
+        _close(self._listener)
+        for s in open_:
+            _close(s)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self._closed:
+                    _close(client)
+                    return
+                upstream = self._upstream
+            try:
+                server = socket.create_connection(upstream, timeout=CONNECT_TIMEOUT)
+                server.settimeout(None)
+            except OSError:
+                _close(client)
+                continue
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._closed or self._upstream != upstream:
+                    stale = True  # switched while we connected: this one goes to the old
+                else:
+                    stale = False
+                    self._sockets.update((client, server))
+            if stale:
+                _close(client)
+                _close(server)
+                continue
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(
+                    target=self._pump, args=(src, dst), daemon=True, name=f"{self._name}-pump"
+                ).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._sockets.difference_update((src, dst))
+            _close(src)
+            _close(dst)
+
+
+def _close(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        s.close()
