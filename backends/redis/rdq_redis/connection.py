@@ -11,7 +11,16 @@ rdq's own, removed before redis-py sees the URL:
   node has ``cluster_enabled:1``, else a plain ``Redis`` client. So one URL of any node
   of a cluster is enough, and the same option works for both;
 - ``rdq_check_keys=1``: register every script with the undeclared-key guard (a test aid,
-  see :mod:`rdq_redis.scripts`).
+  see :mod:`rdq_redis.scripts`);
+- ``rdq_wait=N`` (default ``0``: off) and ``rdq_wait_timeout=MS`` (default
+  :data:`DEFAULT_WAIT_TIMEOUT_MS`): after every *write* script, ``WAIT N MS`` on the same
+  connection (one pipeline), and a write that fewer than ``N`` replicas confirmed within
+  ``MS`` milliseconds raises ``BackendUnavailable`` (it is on the primary, maybe not on a
+  replica: its outcome is unknown) instead of being acknowledged. Opt-in: a server
+  without replicas would refuse every write. ``WAIT`` does not make Redis strongly
+  consistent (a write is visible on the primary before its replicas have it, and a
+  failover may still pick a replica that missed it), but a write the storage
+  *acknowledges* is then on ``N`` replicas. Not on a cluster (refused).
 
 **Every connection** has the client name ``rdq:<namespace>`` (``CLIENT SETNAME``, so a
 namespace's connections can be found and cut), a connect timeout and a reply timeout, and
@@ -51,6 +60,9 @@ CONNECT_TIMEOUT_S = 5.0
 #: Seconds to wait for a reply before the call's outcome counts as unknown.
 SOCKET_TIMEOUT_S = 10.0
 MIN_SERVER_VERSION = (7, 0)
+#: Milliseconds ``WAIT`` may take after a write (``rdq_wait_timeout``), below the reply
+#: timeout so that a replica that does not confirm is an error, not a hang.
+DEFAULT_WAIT_TIMEOUT_MS = 1000
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -64,6 +76,9 @@ class Target:
     url: str
     cluster: str = "auto"  # auto | yes | no
     check_keys: bool = False
+    #: ``WAIT`` after each write script: how many replicas, how many milliseconds.
+    wait_replicas: int = 0
+    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
 
     @property
     def masked(self) -> str:
@@ -82,6 +97,7 @@ def parse_dsn(dsn: str) -> Target:
             f"invalid redis DSN {mask_dsn(dsn)!r}: scheme must be redis, rediss or unix"
         )
     kept, cluster, check_keys = [], "auto", False
+    wait = {"rdq_wait": 0, "rdq_wait_timeout": DEFAULT_WAIT_TIMEOUT_MS}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key == "rdq_cluster":
             low = value.strip().lower()
@@ -95,10 +111,25 @@ def parse_dsn(dsn: str) -> Target:
                 raise InvalidArgument(f"rdq_cluster={value!r}: expected auto, yes or no")
         elif key == "rdq_check_keys":
             check_keys = value.strip().lower() in _TRUE
+        elif key in wait:
+            wait[key] = _count(key, value, low=0 if key == "rdq_wait" else 1)
         else:
             kept.append((key, value))
     url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment))
-    return Target(url, cluster, check_keys)
+    if wait["rdq_wait"] and cluster == "yes":
+        raise InvalidArgument("rdq_wait: WAIT after each write is not offered on a cluster")
+    return Target(url, cluster, check_keys, wait["rdq_wait"], wait["rdq_wait_timeout"])
+
+
+def _count(key: str, value: str, *, low: int) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = low - 1
+    if number < low:
+        what = "replicas to wait for" if key == "rdq_wait" else "milliseconds"
+        raise InvalidArgument(f"{key}={value!r}: expected an integer >= {low} ({what})")
+    return number
 
 
 def _common_kwargs(
@@ -205,8 +236,17 @@ class ClientSource:
                     )
                 except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
                     raise map_error(exc, "connect", self.where) from exc
+                wait = None
+                if self.target.wait_replicas:
+                    if is_cluster(client):
+                        client.close()
+                        raise InvalidArgument(
+                            f"{self.where}: rdq_wait (WAIT after each write) is not offered "
+                            "on a cluster; remove it from the DSN"
+                        )
+                    wait = (self.target.wait_replicas, self.target.wait_timeout_ms)
                 self._scripts = Scripts(
-                    client, check_keys=self.target.check_keys, sources=self._sources
+                    client, check_keys=self.target.check_keys, sources=self._sources, wait=wait
                 )
                 self._client = client
             return self._client, self._scripts

@@ -156,6 +156,10 @@ class LocalNode(ProcessSlot):
     port: int = 0
     #: the cluster bus port (a cluster node), else ``None``
     bus_port: int | None = None
+    #: the port of the primary this node replicates (``--replicaof``), else ``None``
+    replica_of: int | None = None
+    #: further ``redis-server`` arguments (a replicated pair's sync settings)
+    extra_args: tuple[str, ...] = ()
     process: ManagedProcess | None = field(default=None, repr=False)
 
     @property
@@ -185,7 +189,9 @@ class LocalNode(ProcessSlot):
                 *("--cluster-port", str(self.bus_port)),
                 *("--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS)),
             ]
-        return argv
+        if self.replica_of is not None:
+            argv += ["--replicaof", "127.0.0.1", str(self.replica_of)]
+        return [*argv, *self.extra_args]
 
     def client(self, timeout: float = 2.0) -> redis.Redis:
         """A plain client of this node (no retries: a probe's "not yet" must be quick)."""

@@ -17,6 +17,11 @@ rung reads it, before anything is started:
 ``redis_cluster``          start a Redis Cluster of this many masters (at least 3, no
                            replicas) instead of one server (not set: one server) — local
                            rung only
+``redis_replica``          ``async``: a primary and one replica (``--replicaof``) behind
+                           a switchable forwarder, which declares the ``failover`` fault;
+                           ``wait``: the same, and the storage sends ``WAIT 1`` after
+                           every write (DSN ``rdq_wait=1``); ``none`` (the default): one
+                           server — local rung only (:mod:`rdq_redis.replica`)
 ``redis_start_timeout``    seconds to wait for the server (every node, and the cluster's
                            ``cluster_state:ok``) to be ready (30) — both rungs
 ``redis_image``            the container image (:data:`DEFAULT_IMAGE`; where no registry
@@ -44,9 +49,12 @@ __all__ = [
     "REDIS_IMAGE",
     "REDIS_NETWORK",
     "REDIS_PERSISTENCE",
+    "REDIS_REPLICA",
     "REDIS_START_TIMEOUT",
+    "REPLICA_MODES",
     "cluster_size",
     "persistence_mode",
+    "replica_mode",
 ]
 
 #: The image of the container rung: the official image, Redis 7 (the scripts use
@@ -85,6 +93,15 @@ REDIS_CLUSTER = option(
     "start a Redis Cluster of this many masters (at least 3) instead of one server",
     positive=True,
 )
+#: ``redis_replica`` values: no replica, an asynchronous one, one confirmed by ``WAIT``.
+REPLICA_MODES: tuple[str, ...] = ("none", "async", "wait")
+REDIS_REPLICA = option(
+    "redis_replica",
+    str,
+    "none",
+    "none (one server), async (a primary and a replica: the failover fault), or wait (the "
+    "same, every write confirmed by WAIT 1)",
+)
 REDIS_START_TIMEOUT = option(
     "redis_start_timeout",
     float,
@@ -100,7 +117,7 @@ REDIS_NETWORK = option(
 #: Rung 2, :mod:`rdq_redis.local`.
 LOCAL_OPTIONS = RungOptions(
     "redis local binaries",
-    [REDIS_BIN_DIR, REDIS_PERSISTENCE, REDIS_CLUSTER, REDIS_START_TIMEOUT],
+    [REDIS_BIN_DIR, REDIS_PERSISTENCE, REDIS_CLUSTER, REDIS_REPLICA, REDIS_START_TIMEOUT],
 )
 #: Rung 3, :mod:`rdq_redis.container` (it reads ``redis_cluster`` only to refuse it).
 CONTAINER_OPTIONS = RungOptions(
@@ -131,3 +148,20 @@ def cluster_size(values: OptionValues) -> int | None:
             f"default {REDIS_CLUSTER.show_default()})"
         )
     return size
+
+
+def replica_mode(values: OptionValues) -> str:
+    """``redis_replica`` checked against :data:`REPLICA_MODES` (and not with a cluster)."""
+    mode = values[REDIS_REPLICA].strip().lower()
+    if mode not in REPLICA_MODES:
+        raise InvalidArgument(
+            f"--rdq-option redis_replica={values[REDIS_REPLICA]!r}: expected one of "
+            f"{', '.join(REPLICA_MODES)} ({REDIS_REPLICA.help}; default "
+            f"{REDIS_REPLICA.show_default()})"
+        )
+    if mode != "none" and values[REDIS_CLUSTER] is not None:
+        raise InvalidArgument(
+            f"--rdq-option redis_replica={mode} with redis_cluster: a replicated cluster is "
+            "not offered; give one of the two"
+        )
+    return mode

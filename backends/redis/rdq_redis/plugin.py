@@ -9,7 +9,9 @@ which may import :mod:`rdq_compliance.provision`; the storage half
   asking it), never stopped by the kit; its one fault is ``cut_connections``;
 - **rung 2, local binaries**: a private ``redis-server`` — or, with ``--rdq-option
   redis_cluster=N``, a Redis Cluster of N masters — in the kit's workdir on free loopback
-  ports, AOF with ``appendfsync always`` by default (:mod:`rdq_redis.local`);
+  ports, AOF with ``appendfsync always`` by default (:mod:`rdq_redis.local`); with
+  ``redis_replica=async|wait`` a primary and a replica behind a forwarder, with the
+  ``failover`` fault (:mod:`rdq_redis.replica`);
 - **rung 3, a container** through testcontainers when Docker answers
   (:mod:`rdq_redis.container`).
 
@@ -17,7 +19,8 @@ When none serves, the error names the three remedies. Rungs 2 and 3 read their
 ``--rdq-option`` settings through the kit's shared parser (:mod:`rdq_redis.options`).
 Storage is :class:`rdq_redis.storage.RedisStorage`, one key prefix per namespace.
 
-**Import rule.** This module, ``server``, ``local``, ``container`` and ``options`` are the
+**Import rule.** This module, ``server``, ``local``, ``replica``, ``container`` and
+``options`` are the
 plugin half; the storage half (``storage``, ``connection``, ``scripts``, ``keys``,
 ``codec``, ``admin``, ``persistence``, ``errors``) imports only :mod:`rdq_core`, redis-py
 and itself.
@@ -26,7 +29,8 @@ and itself.
 from __future__ import annotations
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
-from rdq_redis import container, local
+from rdq_redis import container, local, replica
+from rdq_redis.options import LOCAL_OPTIONS, replica_mode
 from rdq_redis.server import ADMIN_CLIENT_NAME, RedisServer
 from rdq_redis.storage import RedisStorage
 
@@ -42,7 +46,10 @@ class RedisBackend(Backend):
         return RedisServer(dsn)
 
     def start_local_server(self, request: ProvisionRequest) -> Server:
-        """Rung 2: a private server or cluster from local binaries (:mod:`rdq_redis.local`)."""
+        """Rung 2: a private server or cluster from local binaries (:mod:`rdq_redis.local`),
+        or a primary and its replica (``redis_replica``, :mod:`rdq_redis.replica`)."""
+        if replica_mode(LOCAL_OPTIONS.parse(request.options)) != "none":
+            return replica.start_replicated_server(request)
         return local.start_local_server(request)
 
     def start_container(self, request: ProvisionRequest) -> Server:

@@ -54,6 +54,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from rdq_core.errors import BackendUnavailable
 from rdq_core.model import LEASE_EXPIRED_ERROR
 
 #: Revoked enqueue reservations are remembered this long (µs): 7 days.
@@ -543,6 +544,11 @@ class Scripts:
     script did not run) its source is ``SCRIPT LOAD``-ed — on a cluster, on every master
     — and the call sent once more: what redis-py's ``Script`` objects do, without their
     per-call work (argument tuples, an import and a pipeline check on every call).
+
+    ``wait=(replicas, timeout_ms)`` (the DSN's ``rdq_wait``, see
+    :mod:`rdq_redis.connection`) sends every *write* script together with
+    ``WAIT replicas timeout_ms`` in one pipeline (one connection, as ``WAIT`` requires)
+    and raises :class:`ReplicasDidNotConfirm` when fewer replicas confirmed the write.
     """
 
     def __init__(
@@ -551,9 +557,13 @@ class Scripts:
         *,
         check_keys: bool = False,
         sources: Mapping[str, ScriptSource] | None = None,
+        wait: tuple[int, int] | None = None,
     ) -> None:
         self.check_keys = check_keys
+        self.wait = wait
         self._client = client
+        chosen = SOURCES if sources is None else sources
+        self._writes = frozenset(name for name, src in chosen.items() if not src.readonly)
         self._texts: dict[str, bytes] = {
             name: src.source(check_keys=check_keys).encode()
             for name, src in (SOURCES if sources is None else sources).items()
@@ -566,8 +576,44 @@ class Scripts:
 
     def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run script ``name``; raw redis-py exceptions propagate (callers map them)."""
+        if self.wait is not None and name in self._writes:
+            return self._run_and_wait(name, keys, args, self.wait)
         try:
             return self._client.evalsha(self._shas[name], len(keys), *keys, *args)
         except NoScriptError:
             self._client.script_load(self._texts[name])
             return self._client.evalsha(self._shas[name], len(keys), *keys, *args)
+
+    def _run_and_wait(
+        self, name: str, keys: list[str], args: list[Any], wait: tuple[int, int]
+    ) -> Any:
+        replicas, timeout_ms = wait
+        for attempt in (1, 2):
+            pipe = self._client.pipeline(transaction=False)
+            pipe.evalsha(self._shas[name], len(keys), *keys, *args)
+            pipe.execute_command("WAIT", replicas, timeout_ms)
+            try:
+                reply, confirmed = pipe.execute()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                self._client.script_load(self._texts[name])
+                continue
+            finally:
+                pipe.reset()
+            if int(confirmed) < replicas:
+                raise ReplicasDidNotConfirm(name, int(confirmed), replicas, timeout_ms)
+            return reply
+        raise AssertionError("unreachable")
+
+
+class ReplicasDidNotConfirm(BackendUnavailable):
+    """A write script ran on the primary, but ``WAIT`` saw fewer replicas confirm it in
+    time: it may be lost at a failover, so its outcome is unknown (not acknowledged)."""
+
+    def __init__(self, script: str, confirmed: int, replicas: int, timeout_ms: int) -> None:
+        super().__init__(
+            f"script {script!r} ran on the primary but only {confirmed} of {replicas} "
+            f"replica(s) confirmed it within {timeout_ms} ms (rdq_wait): its outcome is "
+            "unknown; retry with the same token, or check the replicas' link to the primary"
+        )

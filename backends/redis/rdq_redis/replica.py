@@ -1,0 +1,237 @@
+"""A replicated Redis on the local-binaries rung: a primary, one replica, and the
+``failover`` fault (plugin half).
+
+``--rdq-option redis_replica=async`` starts two ``redis-server`` processes from the
+local binaries (each a :class:`~rdq_redis.local.LocalNode`: a
+:class:`~rdq_compliance.provision.process.ManagedProcess` that dies with the kit, its
+folder removed by the watchdog then) on free loopback ports: the primary, and a replica
+started with ``--replicaof 127.0.0.1 <primary port>`` (both with the persistence of
+``redis_persistence`` and a diskless full sync without delay). The rung is ready when the
+replica reports ``master_link_status:up``.
+
+**One address for "the primary".** Redis has no multi-host URL, so clients connect to a
+:class:`~rdq_compliance.provision.forwarder.Forwarder` on 127.0.0.1 (threads of the kit
+process: it dies with the kit) that relays to the current primary — the virtual IP of a
+real deployment. The server's DSN names the forwarder.
+
+**Failover** (:meth:`ReplicatedRedisServer.failover`): the replica is frozen (SIGSTOP)
+for ``replica_lag`` seconds if asked, the primary SIGKILLed, the replica resumed and
+promoted (``REPLICAOF NO ONE``: it keeps what it had received), a fresh replica of it
+started (a full sync), and the forwarder switched to it — which closes every
+connection to the old primary: the workers' storage sees an error and reconnects to the
+new primary. The old primary's folder is deleted.
+
+**``redis_replica=wait``** is the same pair with the storage's ``rdq_wait=1`` in the DSN:
+every write script is followed by ``WAIT 1 <ms>`` and acknowledged only when the replica
+has it (:mod:`rdq_redis.connection`); a write the replica did not confirm in time is
+``BackendUnavailable`` (its outcome unknown), never an acknowledgement.
+
+With ``async`` a failover loses what the primary acknowledged and had not yet sent:
+the chaos checker names it (``FINDINGS.md``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import redis
+
+from rdq_compliance.provision.backend import FAILOVER, ProvisionRequest, ProvisionUnavailable
+from rdq_compliance.provision.forwarder import Forwarder
+from rdq_compliance.provision.ports import free_port
+from rdq_compliance.provision.process import ProcessFailed
+from rdq_redis.connection import DEFAULT_WAIT_TIMEOUT_MS
+from rdq_redis.local import (
+    PORT_ATTEMPTS,
+    LocalNode,
+    LocalRedis,
+    LocalRedisServer,
+    PortInUse,
+    _parse_info,
+    find_redis,
+)
+from rdq_redis.options import (
+    LOCAL_OPTIONS,
+    REDIS_BIN_DIR,
+    REDIS_START_TIMEOUT,
+    persistence_mode,
+    replica_mode,
+)
+
+__all__ = ["ReplicatedRedis", "ReplicatedRedisServer", "start_replicated_server"]
+
+#: Arguments of both nodes: a full sync streams at once (Redis waits 5 s by default).
+SYNC_ARGS: tuple[str, ...] = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
+
+
+class ReplicatedRedis(LocalRedis):
+    """A primary and one replica (``nodes[0]``, ``nodes[1]``) behind a forwarder."""
+
+    def __init__(
+        self,
+        binaries: dict[str, Path],
+        workdir: Path,
+        persistence: str,
+        start_timeout: float,
+        mode: str,
+    ) -> None:
+        super().__init__(binaries, workdir, persistence, start_timeout)
+        self.mode = mode
+        self.forwarder: Forwarder | None = None
+        self._next_index = 0
+
+    @property
+    def primary(self) -> LocalNode:
+        return self.nodes[0]
+
+    @property
+    def replica(self) -> LocalNode:
+        return self.nodes[1]
+
+    @property
+    def dsn(self) -> str:
+        assert self.forwarder is not None
+        dsn = f"redis://{self.forwarder.address}/0"
+        if self.mode == "wait":
+            dsn += f"?rdq_wait=1&rdq_wait_timeout={DEFAULT_WAIT_TIMEOUT_MS}"
+        return dsn
+
+    def _new_node(self, replica_of: int | None) -> LocalNode:
+        node = LocalNode(
+            self.binaries["redis-server"],
+            self.workdir,
+            self._next_index,
+            self.persistence,
+            self.start_timeout,
+            replica_of=replica_of,
+            extra_args=SYNC_ARGS,
+        )
+        self._next_index += 1
+        node.remove()  # nothing of an earlier run may be reused
+        for attempt in range(PORT_ATTEMPTS):
+            node.port = free_port()
+            try:
+                node.start()
+                break
+            except PortInUse:
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise
+        return node
+
+    def create(self) -> None:
+        """Start the primary, then its replica; wait until the replica is in sync."""
+        self.nodes = [self._new_node(None)]
+        self.nodes.append(self._new_node(self.primary.port))
+        self.wait_in_sync(self.replica)
+        self.forwarder = Forwarder(("127.0.0.1", self.primary.port), name="rdq-redis-primary")
+
+    def start(self) -> None:
+        super().start()
+        self.wait_in_sync(self.replica)
+
+    def wait_in_sync(self, node: LocalNode) -> None:
+        """Until ``node`` reports its link to the primary up and no sync in progress."""
+        assert node.process is not None
+
+        def linked() -> bool:
+            client = node.client()
+            try:
+                info = client.execute_command("INFO", "replication")
+            finally:
+                client.close()
+            if isinstance(info, (bytes, str)):
+                info = _parse_info(info)
+            return (
+                str(info.get("master_link_status")) == "up"
+                and str(info.get("master_sync_in_progress", "0")) == "0"
+            )
+
+        node.process.wait_ready(
+            linked, self.start_timeout, what=f"replica {node.address} (master_link_status:up)"
+        )
+
+    def failover(self, replica_lag: float) -> str:
+        """Kill the primary, promote the replica, start a replica of it, move the address."""
+        old, promoted = self.primary, self.replica
+        if replica_lag > 0:
+            promoted.pause()
+            time.sleep(replica_lag)
+        old.kill()
+        promoted.resume()
+        client = promoted.client(timeout=5.0)
+        try:
+            client.execute_command("REPLICAOF", "NO", "ONE")
+        finally:
+            client.close()
+        promoted.replica_of = None  # a restart must not make it a replica again
+        self.nodes = [promoted]
+        old.stop()
+        old.remove()
+        self.nodes.append(self._new_node(promoted.port))
+        self.wait_in_sync(self.replica)
+        assert self.forwarder is not None
+        self.forwarder.switch(("127.0.0.1", promoted.port))
+        return f"redis-server {promoted.address} (new replica {self.replica.address})"
+
+    def close_forwarder(self) -> None:
+        if self.forwarder is not None:
+            self.forwarder.close()
+
+
+class ReplicatedRedisServer(LocalRedisServer):
+    """The pair as a :class:`~rdq_compliance.provision.backend.Server`: every fault of the
+    local rung (on both nodes: a killed pair restarts together) plus ``failover``."""
+
+    faults = LocalRedisServer.faults | {FAILOVER}
+
+    def __init__(self, local: ReplicatedRedis) -> None:
+        super().__init__(local)
+        self.replicated = local
+        assert local.forwarder is not None
+        how = "asynchronous replication"
+        if local.mode == "wait":
+            how = "replication confirmed by WAIT 1 after every write"
+        self.origin = (
+            f"{self.origin}: primary {local.primary.address}, replica {local.replica.address} "
+            f"({how}), clients through the forwarder {local.forwarder.address}"
+        )
+
+    def failover(self, replica_lag: float = 0.0) -> str:
+        with self._state_lock:
+            self._check_open()
+            self._forget_admin_client()
+            try:
+                return self.replicated.failover(replica_lag)
+            except (ProcessFailed, redis.RedisError, OSError) as exc:
+                raise ProvisionUnavailable(f"failover of {self.origin} failed: {exc}") from exc
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.replicated.close_forwarder()
+
+
+def start_replicated_server(request: ProvisionRequest) -> ReplicatedRedisServer:
+    """Rung 2 with ``redis_replica=async|wait`` (see the module docstring)."""
+    options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
+    mode = replica_mode(options)
+    binaries = find_redis(options[REDIS_BIN_DIR])
+    workdir = Path(request.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    local = ReplicatedRedis(
+        binaries, workdir, persistence_mode(options), options[REDIS_START_TIMEOUT], mode
+    )
+    try:
+        local.create()
+        return ReplicatedRedisServer(local)
+    except BaseException as exc:
+        local.close_forwarder()
+        local.stop()
+        local.remove()
+        if isinstance(exc, (ProcessFailed, redis.RedisError, OSError)):
+            raise ProvisionUnavailable(
+                f"the local replicated Redis ({binaries['redis-server']}) did not start: {exc}"
+            ) from exc
+        raise
