@@ -13,6 +13,14 @@ process that created it, so it **dies with that process** (however it dies: the 
 closes its sockets); there is no child process to reap. While the upstream does not
 accept (the primary was killed, nothing promoted yet) a new client connection is closed
 at once: the client sees a reset and retries.
+
+:meth:`Forwarder.hold` stops relaying (in both directions: what arrives stays with the
+forwarder, as on a congested or partitioned link) until :meth:`Forwarder.release`; what
+is held when the forwarder is switched or closed is discarded with its connections. A
+replicated server puts one between its primary and its replica (the replication link)
+to make the replica lag for a chosen time: bytes the kernel already accepted for a
+process cannot be taken back, so freezing the replica (SIGSTOP) would not do — its
+socket buffer would still deliver them after the resume.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ class Forwarder:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._closed = False
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -58,13 +68,27 @@ class Forwarder:
         with self._lock:
             return len(self._sockets) // 2
 
+    @property
+    def holding(self) -> bool:
+        return not self._flowing.is_set()
+
+    def hold(self) -> None:
+        """Stop relaying: nothing read from either side is passed on until :meth:`release`."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        """Relay again (what was held is passed on now)."""
+        self._flowing.set()
+
     def switch(self, upstream: tuple[str, int]) -> int:
-        """Relay new connections to ``upstream``; close every open one; returns how many."""
+        """Relay new connections to ``upstream``; close every open one (discarding what
+        was held) and relay again; returns how many connections were closed."""
         with self._lock:
             self._upstream = upstream
             open_, self._sockets = list(self._sockets), set()
         for s in open_:
             _close(s)
+        self._flowing.set()
         return len(open_) // 2
 
     def close(self) -> None:
@@ -77,6 +101,7 @@ class Forwarder:
         _close(self._listener)
         for s in open_:
             _close(s)
+        self._flowing.set()  # held pumps wake up, find their sockets closed, and end
 
     def _accept(self) -> None:
         while True:
@@ -118,6 +143,9 @@ class Forwarder:
                 data = src.recv(65536)
                 if not data:
                     break
+                self._flowing.wait()
+                if dst.fileno() < 0:
+                    break  # closed while held: what was held is discarded
                 dst.sendall(data)
         except OSError:
             pass

@@ -5,21 +5,23 @@
 local binaries (each a :class:`~rdq_redis.local.LocalNode`: a
 :class:`~rdq_compliance.provision.process.ManagedProcess` that dies with the kit, its
 folder removed by the watchdog then) on free loopback ports: the primary, and a replica
-started with ``--replicaof 127.0.0.1 <primary port>`` (both with the persistence of
-``redis_persistence`` and a diskless full sync without delay). The rung is ready when the
-replica reports ``master_link_status:up``.
+started with ``--replicaof`` (both with the persistence of ``redis_persistence`` and a
+diskless full sync without delay). The replica reaches the primary through a second
+forwarder, the *replication link*, which the failover's ``replica_lag`` holds. The rung
+is ready when the replica reports ``master_link_status:up``.
 
 **One address for "the primary".** Redis has no multi-host URL, so clients connect to a
 :class:`~rdq_compliance.provision.forwarder.Forwarder` on 127.0.0.1 (threads of the kit
 process: it dies with the kit) that relays to the current primary — the virtual IP of a
 real deployment. The server's DSN names the forwarder.
 
-**Failover** (:meth:`ReplicatedRedisServer.failover`): the replica is frozen (SIGSTOP)
-for ``replica_lag`` seconds if asked, the primary SIGKILLed, the replica resumed and
-promoted (``REPLICAOF NO ONE``: it keeps what it had received), a fresh replica of it
-started (a full sync), and the forwarder switched to it — which closes every
-connection to the old primary: the workers' storage sees an error and reconnects to the
-new primary. The old primary's folder is deleted.
+**Failover** (:meth:`ReplicatedRedisServer.failover`): the replication link holds what
+the primary sends for ``replica_lag`` seconds if asked (the replica lags, as behind a
+congested link), the primary is SIGKILLed and the link closed (what it held is gone with
+the primary), the replica promoted (``REPLICAOF NO ONE``: it keeps what it had
+received), a fresh replica of it started (a full sync), and the clients' forwarder
+switched to it — which closes every connection to the old primary: the workers' storage
+sees an error and reconnects to the new primary. The old primary's folder is deleted.
 
 **``redis_replica=wait``** is the same pair with the storage's ``rdq_wait=1`` in the DSN:
 every write script is followed by ``WAIT 1 <ms>`` and acknowledged only when the replica
@@ -79,6 +81,8 @@ class ReplicatedRedis(LocalRedis):
         super().__init__(binaries, workdir, persistence, start_timeout)
         self.mode = mode
         self.forwarder: Forwarder | None = None
+        #: the replication link: the replica's connection to the primary goes through it
+        self.link: Forwarder | None = None
         self._next_index = 0
 
     @property
@@ -122,9 +126,14 @@ class ReplicatedRedis(LocalRedis):
     def create(self) -> None:
         """Start the primary, then its replica; wait until the replica is in sync."""
         self.nodes = [self._new_node(None)]
-        self.nodes.append(self._new_node(self.primary.port))
-        self.wait_in_sync(self.replica)
+        self._add_replica()
         self.forwarder = Forwarder(("127.0.0.1", self.primary.port), name="rdq-redis-primary")
+
+    def _add_replica(self) -> None:
+        """A fresh replica of the primary, through a fresh replication link; in sync."""
+        self.link = Forwarder(("127.0.0.1", self.primary.port), name="rdq-redis-link")
+        self.nodes.append(self._new_node(self.link.port))
+        self.wait_in_sync(self.replica)
 
     def start(self) -> None:
         super().start()
@@ -153,12 +162,13 @@ class ReplicatedRedis(LocalRedis):
 
     def failover(self, replica_lag: float) -> str:
         """Kill the primary, promote the replica, start a replica of it, move the address."""
-        old, promoted = self.primary, self.replica
+        old, promoted, link = self.primary, self.replica, self.link
+        assert link is not None
         if replica_lag > 0:
-            promoted.pause()
+            link.hold()
             time.sleep(replica_lag)
         old.kill()
-        promoted.resume()
+        link.close()  # what it held is lost with the primary
         client = promoted.client(timeout=5.0)
         try:
             client.execute_command("REPLICAOF", "NO", "ONE")
@@ -168,15 +178,16 @@ class ReplicatedRedis(LocalRedis):
         self.nodes = [promoted]
         old.stop()
         old.remove()
-        self.nodes.append(self._new_node(promoted.port))
-        self.wait_in_sync(self.replica)
+        self._add_replica()
         assert self.forwarder is not None
         self.forwarder.switch(("127.0.0.1", promoted.port))
         return f"redis-server {promoted.address} (new replica {self.replica.address})"
 
     def close_forwarder(self) -> None:
-        if self.forwarder is not None:
-            self.forwarder.close()
+        """Close the clients' forwarder and the replication link."""
+        for forwarder in (self.forwarder, self.link):
+            if forwarder is not None:
+                forwarder.close()
 
 
 class ReplicatedRedisServer(LocalRedisServer):
