@@ -153,6 +153,10 @@ class LocalCluster:
     start_timeout: float = 60.0
     #: a folder we created ourselves (``base`` was not reachable by ``user``); removed on close
     private_base: bool = False
+    #: further ``-c NAME=VALUE`` settings, after (so over) the defaults (replication)
+    settings: tuple[str, ...] = ()
+    #: further paths the watchdog removes if the kit dies (a replicated pair's folder)
+    watchdog_cleanup: tuple[Path, ...] = ()
     process: ManagedProcess | None = field(default=None, repr=False)
 
     @property
@@ -226,6 +230,7 @@ class LocalCluster:
             f"max_connections={self.max_connections}",
             "-c",
             "logging_collector=off",
+            *(arg for setting in self.settings for arg in ("-c", setting)),
         ]
 
     def probe(self) -> bool:
@@ -250,7 +255,7 @@ class LocalCluster:
             user=self.user,
             stop_signal=signal.SIGINT,  # "fast" shutdown: disconnect clients, checkpoint
             grace=10.0,
-            cleanup_paths=self._cleanup_paths(),
+            cleanup_paths=[*self._cleanup_paths(), *self.watchdog_cleanup],
         )
         process.start()
         self.process = process

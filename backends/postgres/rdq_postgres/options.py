@@ -11,6 +11,12 @@ rung reads it: ``--rdq-option pg_start_timeout='soon': expected a positive numbe
 ``pg_user``               the system user to run the server as when we are root
                           (``postgres``) — local rung
 ``pg_max_connections``    ``max_connections`` of the server (200) — both rungs
+``pg_replica``            ``async``: a primary and one streaming replica
+                          (``pg_basebackup -R``) behind a switchable forwarder, which
+                          declares the ``failover`` fault; ``sync``: the same with
+                          ``synchronous_standby_names='*'`` and
+                          ``synchronous_commit=remote_apply``; ``none`` (the default): one
+                          server — local rung (:mod:`rdq_postgres.replica`)
 ``pg_start_timeout``      seconds to wait for the server to accept connections (60) —
                           both rungs
 ``pg_image``              the container image (:data:`DEFAULT_IMAGE`; where no registry
@@ -23,7 +29,8 @@ rung reads it: ``--rdq-option pg_start_timeout='soon': expected a positive numbe
 
 from __future__ import annotations
 
-from rdq_compliance.provision.options import Paths, RungOptions, option
+from rdq_compliance.provision.options import OptionValues, Paths, RungOptions, option
+from rdq_core.errors import InvalidArgument
 
 __all__ = [
     "CONTAINER_OPTIONS",
@@ -34,8 +41,11 @@ __all__ = [
     "PG_IMAGE",
     "PG_MAX_CONNECTIONS",
     "PG_NETWORK",
+    "PG_REPLICA",
     "PG_START_TIMEOUT",
     "PG_USER",
+    "REPLICA_MODES",
+    "replica_mode",
 ]
 
 #: The system user the server runs as when we are root.
@@ -63,6 +73,15 @@ PG_START_TIMEOUT = option(
     "seconds to wait for the server to accept connections",
     positive=True,
 )
+#: ``pg_replica`` values: no replica, an asynchronous one, a synchronous one.
+REPLICA_MODES: tuple[str, ...] = ("none", "async", "sync")
+PG_REPLICA = option(
+    "pg_replica",
+    str,
+    "none",
+    "none (one server), async (a primary and a streaming replica: the failover fault), or "
+    "sync (the same, synchronous_commit=remote_apply)",
+)
 PG_IMAGE = option("pg_image", str, DEFAULT_IMAGE, "the container image")
 PG_NETWORK = option(
     "pg_network", str, "auto", "the container's network mode: auto, host or published"
@@ -70,9 +89,21 @@ PG_NETWORK = option(
 
 #: Rung 2, :mod:`rdq_postgres.local`.
 LOCAL_OPTIONS = RungOptions(
-    "postgres local binaries", [PG_BIN_DIR, PG_USER, PG_MAX_CONNECTIONS, PG_START_TIMEOUT]
+    "postgres local binaries",
+    [PG_BIN_DIR, PG_USER, PG_MAX_CONNECTIONS, PG_REPLICA, PG_START_TIMEOUT],
 )
 #: Rung 3, :mod:`rdq_postgres.container`.
 CONTAINER_OPTIONS = RungOptions(
     "postgres container", [PG_IMAGE, PG_NETWORK, PG_MAX_CONNECTIONS, PG_START_TIMEOUT]
 )
+
+
+def replica_mode(values: OptionValues) -> str:
+    """``pg_replica`` checked against :data:`REPLICA_MODES`."""
+    mode = values[PG_REPLICA].strip().lower()
+    if mode not in REPLICA_MODES:
+        raise InvalidArgument(
+            f"--rdq-option pg_replica={values[PG_REPLICA]!r}: expected one of "
+            f"{', '.join(REPLICA_MODES)} ({PG_REPLICA.help}; default {PG_REPLICA.show_default()})"
+        )
+    return mode

@@ -17,7 +17,8 @@ never :mod:`rdq_compliance` and never the plugin half — so it is usable withou
 from __future__ import annotations
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
-from rdq_postgres import container, local
+from rdq_postgres import container, local, replica
+from rdq_postgres.options import LOCAL_OPTIONS, replica_mode
 from rdq_postgres.server import PostgresServer
 from rdq_postgres.stock import STOCK_SIZE
 from rdq_postgres.storage import PostgresStorage
@@ -34,7 +35,10 @@ class PostgresBackend(Backend):
         return PostgresServer(dsn, prefetch=STOCK_SIZE)
 
     def start_local_server(self, request: ProvisionRequest) -> Server:
-        """Rung 2: a private server from local binaries (see :mod:`rdq_postgres.local`)."""
+        """Rung 2: a private server from local binaries (see :mod:`rdq_postgres.local`),
+        or a primary and a streaming replica (``pg_replica``, :mod:`rdq_postgres.replica`)."""
+        if replica_mode(LOCAL_OPTIONS.parse(request.options)) != "none":
+            return replica.start_replicated_server(request)
         return local.start_local_server(request)
 
     def start_container(self, request: ProvisionRequest) -> Server:
