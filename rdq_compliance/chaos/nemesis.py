@@ -33,7 +33,7 @@ and server, journaling each fault in the harness journal *before* it acts
   worker faults go on;
 - ``cut_connections``: the server terminates the namespace's sessions;
 - ``failover`` (a replicated server only: ``failover`` in ``Server.faults``): the
-  replica is frozen for ``replica_lag`` seconds (if > 0), the primary SIGKILLed, the
+  replication link is held for ``replica_lag`` seconds (if > 0), the primary SIGKILLed, the
   replica promoted and the server's address moved to it (:meth:`Server.failover`; the
   nemesis loop waits for it, a few seconds at most). Planned while tasks are still
   becoming due, so that the kill lands under write load. Not gated on ``durable``: the

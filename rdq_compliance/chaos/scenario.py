@@ -36,16 +36,17 @@ Example (``chaos/standard.toml`` is the full one)::
 
     [faults.failover]            # kill the primary, promote its replica (chaos/failover.toml)
     count = 1
-    replica_lag = "500ms"        # freeze the replica this long before the kill (default 0)
+    replica_lag = "500ms"        # hold the replication link this long before the kill
 
 ``[faults.failover]`` needs a replicated server (``Server.faults`` has ``failover``:
 e.g. ``--rdq-option pg_replica=async`` or ``redis_replica=async``); otherwise it is
 skipped with a note. ``count`` failovers are spread over the fault window; each SIGKILLs
 the primary, promotes the replica and moves the server's address to it (a fresh replica
-of the new primary is started for the next one). ``replica_lag`` (a duration ≥ 0) first
-freezes the replica for that long while the primary goes on acknowledging writes: with
-asynchronous replication what it acknowledged meanwhile is lost at the failover; with
-synchronous replication the writes wait (or fail) instead.
+of the new primary is started for the next one). ``replica_lag`` (a positive duration;
+leave it out for none) first holds the replication link for that long — the replica
+lags — while the primary goes on acknowledging writes: with asynchronous replication
+what it acknowledged meanwhile is lost at the failover; with synchronous replication the
+writes wait (or fail) instead.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ class Faults:
     connection_cuts: int = 0
     #: Failovers of a replicated server: primary SIGKILLed, replica promoted.
     failovers: int = 0
-    #: Seconds the replica is frozen (SIGSTOP) just before each failover's kill.
+    #: Seconds the replication link is held (the replica lags) before each failover's kill.
     failover_lag: float = 0.0
     #: Seconds between redrives of the DLQ (``None``: no redrive).
     redrive_interval: float | None = None

@@ -141,9 +141,9 @@ class Server(ABC):
     def failover(self, replica_lag: float = 0.0) -> str:
         """SIGKILL the primary, promote the replica, move :attr:`dsn`'s address to it.
 
-        ``replica_lag`` > 0 first freezes the replica (SIGSTOP) for that many seconds while
+        ``replica_lag`` > 0 first holds the replication link for that many seconds while
         the primary goes on acknowledging writes — a replica that lags, as one behind a
-        busy link or in a stall does. Clients reconnect to the same :attr:`dsn` and reach
+        congested link does. Clients reconnect to the same :attr:`dsn` and reach
         the new primary; a fresh replica of it is started, so a later failover works too.
         Returns a line for the journal (which process became the primary)."""
         raise UnsupportedFault(f"{type(self).__name__} has no replica to fail over to")

@@ -213,6 +213,7 @@ def test_the_rungs_options_keep_their_names_and_defaults() -> None:
         "pg_bin_dir": None,
         "pg_user": "postgres",
         "pg_max_connections": 200,
+        "pg_replica": "none",
         "pg_start_timeout": 60.0,
     }
     assert CONTAINER_OPTIONS.parse({}).as_dict() == {

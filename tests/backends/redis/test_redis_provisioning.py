@@ -251,6 +251,7 @@ def test_the_rungs_options_keep_their_names_and_defaults() -> None:
         "redis_bin_dir": None,
         "redis_persistence": "aof",
         "redis_cluster": None,
+        "redis_replica": "none",
         "redis_start_timeout": 30.0,
     }
     assert CONTAINER_OPTIONS.parse({}).as_dict() == {
