@@ -204,7 +204,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # one from the environment or pyproject.toml is found there again.
     typed_dsn = settings.dsn if settings.sources.get("dsn") == "command line" else None
     command = replay_command(
-        scenario, backend, scenario.seed, mask_dsn(typed_dsn) if typed_dsn else None
+        scenario,
+        backend,
+        scenario.seed,
+        mask_dsn(typed_dsn) if typed_dsn else None,
+        options=settings.options,
     )
     console = Console()
     console.print(f"rdq-chaos: {describe(settings)}", highlight=False, markup=False)

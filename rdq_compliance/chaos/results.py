@@ -5,7 +5,7 @@ writes it down and the CLI that prints it: :class:`CampaignResult`, the live
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,10 +73,19 @@ class CampaignResult:
         return self.counters.notes
 
 
-def replay_command(scenario: Scenario, backend: str, seed: int, dsn: str | None = None) -> str:
-    """The shell command that replays a run (same scenario file, backend and seed)."""
+def replay_command(
+    scenario: Scenario,
+    backend: str,
+    seed: int,
+    dsn: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> str:
+    """The shell command that replays a run (same scenario file, backend, seed and
+    backend options — e.g. the replicated server a failover campaign needs)."""
     source = str(scenario.source) if scenario.source is not None else f"{scenario.name}.toml"
     parts = ["rdq-chaos", "run", source, "--backend", backend, "--seed", str(seed)]
     if dsn:
         parts += ["--dsn", dsn]
+    for key, value in sorted((options or {}).items()):
+        parts += ["--option", f"{key}={value}"]
     return " ".join(shlex.quote(p) for p in parts)
