@@ -45,18 +45,29 @@ def _rdq_mysql():
 # ---- the public surface -------------------------------------------------------------
 
 PUBLIC_PROVISION = "rdq_compliance.provision"
+#: The core modules the README's "Use the kit for your own backend" names for a storage.
+PUBLIC_CORE = {
+    "rdq_core",
+    "rdq_core.spi",
+    "rdq_core.model",
+    "rdq_core.errors",
+    "rdq_core.cursor",
+    "rdq_core.tokens",
+}
 
 
 def private_uses(source: str) -> list[str]:
     """Imports of the kit that a stranger's backend should not need: any
-    ``rdq_compliance`` module other than ``rdq_compliance.provision`` itself, and any
-    ``_``-prefixed name from the kit or the core."""
+    ``rdq_compliance`` module other than ``rdq_compliance.provision`` itself, a core
+    module the README does not name, and any ``_``-prefixed name from the kit or the core."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
             module = node.module
             kit = module.split(".")[0] in ("rdq_compliance", "rdq_core")
             if module.startswith("rdq_compliance") and module != PUBLIC_PROVISION:
+                found.append(f"line {node.lineno}: from {module} import ...")
+            if module.split(".")[0] == "rdq_core" and module not in PUBLIC_CORE:
                 found.append(f"line {node.lineno}: from {module} import ...")
             for alias in node.names:
                 if kit and alias.name.startswith("_"):
@@ -73,11 +84,13 @@ def test_the_surface_check_catches_a_reach_into_the_kit():
         "from rdq_compliance.provision.process import ManagedProcess\n"
         "from rdq_compliance.provision import _watchdog\n"
         "import rdq_compliance.session\n"
+        "from rdq_core.validation import task_id\n"
     )
     assert private_uses(broken) == [
         "line 1: from rdq_compliance.provision.process import ...",
         "line 2: private name rdq_compliance.provision._watchdog",
         "line 3: import rdq_compliance.session",
+        "line 4: from rdq_core.validation import ...",
     ]
     assert private_uses("from rdq_compliance.provision import ManagedProcess\n") == []
 
