@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from rdq_compliance import registry, requirements, rules, settings
+from rdq_compliance import registry, reporting, requirements, rules, settings
 from rdq_compliance.provision.backend import Backend, ProvisionUnavailable, Server, StorageSpec
 from rdq_compliance.session import Session
 from rdq_core.errors import InvalidArgument, NotFound, RdqError
@@ -39,7 +39,6 @@ from rdq_core.spi import Storage
 
 SUITE_DIR = Path(__file__).parent / "suite"
 _SETTINGS = pytest.StashKey[settings.Settings]()
-_ORIGIN = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -132,9 +131,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"rdq: {exc}") from None
     if resolved.backend is not None:
         try:
-            registry.load_backend(resolved.backend)
+            backend = registry.load_backend(resolved.backend)
         except registry.UnknownBackend as exc:
             raise pytest.UsageError(f"rdq: {exc}") from None
+        reporter = reporting.Reporting.for_run(config, resolved, backend)
+        config.stash[reporting.KEY] = reporter
+        config.pluginmanager.register(reporter, "rdq-reporting")
     config.stash[_SETTINGS] = resolved
 
 
@@ -145,29 +147,51 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"rdq: {settings.describe(s)}"
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    origin = terminalreporter.config.stash.get(_ORIGIN, None)
-    if origin is not None:
-        terminalreporter.write_line(f"rdq: {origin}")
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A server the user named (a DSN) is asked once, before any test: if it does not
+    answer, the run ends with one error saying so, not one error per test."""
+    config = session.config
+    s = config.stash[_SETTINGS]
+    if s.backend is None or not s.dsn or config.option.collectonly:
+        return
+    if hasattr(config, "workerinput"):  # the xdist controller checked already
+        return
+    probe = Session(s)
+    try:
+        probe.start()
+    except RdqError as exc:
+        source = s.sources.get("dsn", "settings")
+        raise pytest.UsageError(
+            f"rdq: the {probe.name} server named by the DSN {settings.mask_dsn(s.dsn)} "
+            f"(from {source}) does not answer, so no test ran: {exc}\n"
+            "Start that server, correct the address, or remove the DSN to let the kit "
+            "provision a server of its own."
+        ) from None
+    finally:
+        probe.close()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    """Add the kit's suites when a backend is selected and they were not collected already."""
+    """Add the kit's suites when a backend is selected and they were not collected already;
+    then tag the tests with their rules and apply the expected-failure ledger."""
     s = config.stash[_SETTINGS]
-    if s.backend is None or config.getoption("rdq_no_suite"):
+    if s.backend is None:
         return
     suite = SUITE_DIR.resolve()
-    if any(suite in Path(str(item.path)).resolve().parents for item in items):
-        return
-    for path in sorted(suite.glob("test_*.py")):
-        # An explicit node id: the files live outside the user's rootdir, where pytest
-        # would otherwise derive an empty, ambiguous one.
-        nodeid = f"rdq_compliance/suite/{path.name}"
-        module = pytest.Module.from_parent(session, path=path, nodeid=nodeid)
-        items.extend(session.genitems(module))
+    if not config.getoption("rdq_no_suite") and not any(
+        suite in Path(str(item.path)).resolve().parents for item in items
+    ):
+        for path in sorted(suite.glob("test_*.py")):
+            # An explicit node id: the files live outside the user's rootdir, where pytest
+            # would otherwise derive an empty, ambiguous one.
+            nodeid = f"rdq_compliance/suite/{path.name}"
+            module = pytest.Module.from_parent(session, path=path, nodeid=nodeid)
+            items.extend(session.genitems(module))
+    config.stash[reporting.KEY].annotate(items)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -247,7 +271,7 @@ def rdq_session(rdq_settings: settings.Settings, pytestconfig: pytest.Config) ->
     except RdqError as exc:
         # A server the user named but that does not answer is an error, never a skip.
         pytest.fail(f"rdq backend {name!r}: {exc}", pytrace=False)
-    pytestconfig.stash[_ORIGIN] = f"{name} server: {session.origin}"
+    pytestconfig.stash[reporting.KEY].server_ready(session)
     try:
         yield session
     finally:

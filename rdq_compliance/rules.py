@@ -3,6 +3,9 @@ so a report names the rule broken (see SPEC.md)."""
 
 from __future__ import annotations
 
+import difflib
+import re
+
 RULES: dict[str, str] = {
     "one-claim": "no two workers hold a live claim on the same task (SPEC §3)",
     "claim-limit": "claim_due never returns more than `limit` tasks (SPEC §5.9)",
@@ -53,3 +56,33 @@ def message(rule: str, detail: str) -> str:
     if rule not in RULES:
         raise KeyError(f"unknown rule id {rule!r}")
     return f"[{rule}] {RULES[rule]}: {detail}"
+
+
+_DECLARED = re.compile(r"^\s*Rules?\s+(?P<ids>[a-z0-9-]+(?:(?:\s*,\s*|\s+and\s+)[a-z0-9-]+)*)")
+_NAMED = re.compile(r"\[([a-z0-9-]+)\]")
+
+
+def declared_by(docstring: str | None) -> tuple[str, ...]:
+    """The rule ids a suite test says it checks: its docstring opens ``Rule <id>`` or
+    ``Rules <id>, <id> and <id>``. ``()`` when it names none; an id that is not in
+    :data:`RULES` is an error (``KeyError`` naming it and the close matches)."""
+    match = _DECLARED.match(docstring or "")
+    if match is None:
+        return ()
+    ids = tuple(re.split(r"\s*,\s*|\s+and\s+", match.group("ids")))
+    for rule in ids:
+        if rule not in RULES:
+            close = difflib.get_close_matches(rule, RULES, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise KeyError(f"unknown rule id {rule!r}{hint}")
+    return ids
+
+
+def named_in(text: str) -> tuple[str, ...]:
+    """The known rule ids a failure message names as ``[id]`` (see :func:`message`), in
+    order of first appearance."""
+    out: list[str] = []
+    for rule in _NAMED.findall(text):
+        if rule in RULES and rule not in out:
+            out.append(rule)
+    return tuple(out)

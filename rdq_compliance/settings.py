@@ -13,6 +13,10 @@ fail, not skip     ``--rdq-require-backend``    ``RDQ_REQUIRE_BACKEND=1``   ``re
 no containers      ``--rdq-no-docker``          ``RDQ_NO_DOCKER=1``         ``docker = false``
 backend options    ``--rdq-option KEY=VALUE``   ``RDQ_OPTION_<KEY>``        ``[tool.rdq.<backend>]``
 ================== ============================ =========================== ====================
+
+``[tool.rdq.expected-failures]`` and ``[tool.rdq.<backend>.expected-failures]`` map a rule
+id or a test id to the reason it is a known gap (see :mod:`rdq_compliance.ledger`); the
+backend's table adds to the shared one.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class Settings:
     docker: bool = True
     options: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: ``[tool.rdq.expected-failures]`` (and the backend's own table): rule or test id ->
+    #: reason; ``sources["expected-failures"]`` says which file and tables.
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
 
 
 def find_rootpath(start: Path) -> Path:
@@ -146,6 +153,17 @@ def resolve(
         if key.startswith("RDQ_OPTION_"):
             options[key[len("RDQ_OPTION_") :].lower()] = value
     options.update(parse_options(cli_options))
+    expected: dict[str, str] = {}
+    tables = []
+    for where, container in (
+        ("[tool.rdq.expected-failures]", table),
+        (f"[tool.rdq.{backend}.expected-failures]", sub),
+    ):
+        if "expected-failures" in container:
+            expected.update(_ledger_table(where, rootpath, container["expected-failures"]))
+            tables.append(where)
+    if tables:
+        sources["expected-failures"] = f"{' and '.join(tables)} in {rootpath / 'pyproject.toml'}"
     return Settings(
         backend=backend,
         dsn=dsn,
@@ -153,7 +171,27 @@ def resolve(
         docker=docker,
         options=options,
         sources=sources,
+        expected_failures=expected,
     )
+
+
+def _ledger_table(where: str, rootpath: Path, value: object) -> dict[str, str]:
+    """An expected-failures table: rule or test id -> a non-empty reason."""
+    path = rootpath / "pyproject.toml"
+    if not isinstance(value, dict):
+        raise InvalidArgument(
+            f"{path}: {where} must be a table of id = \"reason\", e.g. "
+            f"'claim-order' = \"ties are ordered by id, not due time (issue 7)\""
+        )
+    out = {}
+    for key, reason in value.items():
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidArgument(
+                f"{path}: {where} {key!r} = {reason!r}: the value must be the reason the test "
+                "is expected to fail, as a non-empty string"
+            )
+        out[str(key)] = reason.strip()
+    return out
 
 
 def mask_dsn(dsn: str) -> str:

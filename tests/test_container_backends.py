@@ -1,6 +1,7 @@
-"""The container rung on real containers: a targeted subset of the conformance suite
-(:data:`SUBSET_MODULES`) and the chaos campaign on PostgreSQL, Redis and SecantusDB in
-containers, the container faults, and the SIGKILLed runner.
+"""The container rung on real containers: the whole conformance suite and the chaos
+campaign (its server kill and restart, server freeze and connection cuts applied, read
+from the campaign's ``results.json``) on PostgreSQL, Redis and SecantusDB in containers,
+the container faults, and the SIGKILLed runner.
 
 Each server gets one pytest process, as a user runs it (``pytest --pyargs
 rdq_compliance.suite``), with the local binaries hidden (``pg_bin_dir`` /
@@ -19,6 +20,7 @@ and fail under ``CI=true``, whose ``.ci/run`` starts Docker and builds the image
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -81,34 +83,25 @@ def _args(server: str) -> list[str]:
     ]
 
 
-#: The targeted subset of the conformance suite run on the container rung (to keep CI's
-#: cost low): what crosses processes and the server's faults — claims, leases, the
-#: multi-process exclusivity races, attempt history, durability across ``docker kill``
-#: and restart — and the chaos campaign. The rest of the suite (input validation,
-#: enqueue, DLQ, redrive/purge, stats, transitions) is server logic the same servers
-#: pass on their other rungs, which CI runs in full.
-SUBSET_MODULES = ("claim", "lease", "exclusive", "history", "durability", "chaos")
-#: Left out per server: SecantusDB (one Python process) is too slow on 2 shared cores for
-#: the durability check's least load before the kill (it says "the load was too thin");
-#: its data surviving ``docker kill`` and restart is shown by the container-fault test.
-#: Its multi-process claim races (the heaviest load of its run, ~30 s of both cores) run
-#: on its two other rungs in CI; here they would only starve the runs beside them.
-LEFT_OUT = {"secantusdb": ("durability", "exclusive")}
+#: Left out per server, with the reason (none today: every server runs the whole suite).
+LEFT_OUT: dict[str, tuple[str, ...]] = {}
 
 
-def _subset(server: str) -> list[str]:
+def _modules(server: str) -> list[str]:
+    """The suite's modules this server runs: all of them, stateful machine included in
+    the collection (its tests are deselected with ``-m "not stateful"``)."""
     return [
-        f"rdq_compliance.suite.test_{name}"
-        for name in SUBSET_MODULES
-        if name not in LEFT_OUT.get(server, ())
+        f"rdq_compliance.suite.{path.stem}"
+        for path in sorted(SUITE_DIR.glob("test_*.py"))
+        if path.stem.removeprefix("test_") not in LEFT_OUT.get(server, ())
     ]
 
 
 def _suite_size(server: str) -> int:
-    """How many tests the server's subset of modules defines."""
+    """How many test functions the server's modules define (parameters not counted)."""
     return sum(
         1
-        for module in _subset(server)
+        for module in _modules(server)
         for line in (SUITE_DIR / f"{module.rpartition('.')[2]}.py").read_text().splitlines()
         if line.startswith("def test_")
     )
@@ -129,17 +122,18 @@ def test_conformance_and_chaos_pass_on_the_container_rung(server: str, tmp_path:
     _require_image(server)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
     began = time.monotonic()
+    basetemp = tmp_path / "basetemp"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "--pyargs", *_subset(server),
-            *_args(server), "-m", "not stateful",
+            sys.executable, "-m", "pytest", "--pyargs", *_modules(server),
+            *_args(server), "-m", "not stateful", f"--basetemp={basetemp}",
             "--rdq-require-backend", "-q", "-rA", "-p", "no:cacheprovider",
         ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1200,
     )  # fmt: skip
     took = time.monotonic() - began
     failures = proc.stdout.partition("= FAILURES =")[2] or proc.stdout.partition("= ERRORS =")[2]
@@ -159,7 +153,18 @@ def test_conformance_and_chaos_pass_on_the_container_rung(server: str, tmp_path:
         if "::test_chaos_campaign" in line and line.split()[0] in _VERDICTS
     ]
     assert chaos == ["PASSED"], f"the chaos campaign did not pass on {server}: {chaos}\n{tail}"
-    print(f"{server} container: {summary} ({took:.0f}s); {origin}")
+    (results,) = basetemp.glob("chaos-*[0-9]/results.json")  # not the "current" link
+    applied = json.loads(results.read_text())["counters"]
+    # Every server fault of the scenario was injected into the container (none skipped).
+    assert applied["server_kills"] == applied["server_restarts"] >= 1, applied
+    assert applied["server_pauses"] == applied["server_resumes"] >= 1, applied
+    if server != "secantusdb":  # MongoDB has no connection cuts
+        assert applied["connection_cuts"] >= 1, applied
+    print(
+        f"{server} container: {summary} ({took:.0f}s); {origin}; campaign: "
+        f"{applied['server_restarts']} restart(s), {applied['server_pauses']} freeze(s), "
+        f"{applied['connection_cuts']} cut(s), {applied['total_kills']} worker kills"
+    )
 
 
 _VERDICTS = {"PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS"}

@@ -112,6 +112,7 @@ def _progress_table(p: Progress, scenario_name: str, backend: str) -> Table:
     table.add_row("kills", f"{c.total_kills}  ({kills})")
     table.add_row("pauses", str(c.pauses))
     table.add_row("server restarts", str(c.server_restarts))
+    table.add_row("server freezes", str(c.server_pauses))
     table.add_row("connection cuts", str(c.cuts))
     table.add_row("redrives", f"{c.redrives} ({c.redriven_tasks} tasks)")
     table.add_row("violations", "-" if p.violations is None else str(p.violations))
@@ -151,7 +152,8 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     kills = ", ".join(f"{k} {v}" for k, v in sorted(c.kills.items())) or "none"
     console.print(
         f"  faults: {c.total_kills} SIGKILLs ({kills}); {c.pauses} pauses past the lease; "
-        f"{c.server_restarts} server restarts; {c.cuts} connection cuts; "
+        f"{c.server_restarts} server restarts; {c.server_pauses} server freezes; "
+        f"{c.cuts} connection cuts; "
         f"{c.redrives} redrives ({c.redriven_tasks} tasks)"
     )
     for note in c.notes:

@@ -31,7 +31,8 @@ epoch, read from the storage's clock, never the worker's):
 ``enqueue``      harness: ok with ``task``
 ``redrive``      harness: ok with ``tasks`` (ids redriven)
 ``fault``        harness: ``kind`` (``kill``, ``pause``, ``resume``, ``kill_server``,
-                 ``restart_server``, ``cut_connections``), ``target`` (a proc name or
+                 ``restart_server``, ``pause_server``, ``resume_server``,
+                 ``cut_connections``), ``target`` (a proc name or
                  ``"server"``), ``point`` for kills at a chosen moment
 ``self_kill``    a worker about to SIGKILL itself at a chosen ``point`` (info)
 """

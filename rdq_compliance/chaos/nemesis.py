@@ -24,6 +24,13 @@ and server, journaling each fault in the harness journal *before* it acts
   the planned slot's worker or, if it holds no task right now (by its journal), the next
   worker that does — a pause of an idle worker would test nothing;
 - ``kill_server`` then, ``server_down`` seconds later, ``restart_server``;
+- ``pause_server`` (the whole server frozen: SIGSTOP of its process group, or
+  ``docker pause``) for ``lease * factor``, then ``resume_server``: calls in flight hang
+  (no reset, no error), leases run out by the storage clock while nobody can act, and
+  after the resume the expired ones are reclaimed while the late reports of their old
+  holders must be refused. While the server is frozen, faults that talk to it
+  (connection cuts, redrives, a restart) and the progress poll wait for the resume; the
+  worker faults go on;
 - ``cut_connections``: the server terminates the namespace's sessions;
 - ``redrive`` every ``redrive_interval`` seconds: the DLQ's tasks, listed by id, are
   redriven by id (so the journal names exactly the tasks redriven).
@@ -45,14 +52,22 @@ from rdq_compliance.chaos.events import INFO, INVOKE, OK
 from rdq_compliance.chaos.fleet import Fleet, WorkerProc
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.scenario import KILL_POINTS, Scenario
-from rdq_compliance.provision.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER, Server
+from rdq_compliance.provision.backend import (
+    CUT_CONNECTIONS,
+    KILL_SERVER,
+    PAUSE_SERVER,
+    RESTART_SERVER,
+    Server,
+)
 from rdq_core.model import ByIds, DlqFilter, Task
 from rdq_core.spi import Storage
 
 #: An armed worker that has not killed itself after this many leases is killed by us.
 ARM_TIMEOUT = 4.0
 #: Kinds in the order faults planned for the same instant are applied.
-_ORDER = ("server_restart", "cut_connections", "pause", "kill", "redrive")
+_ORDER = ("server_restart", "server_pause", "cut_connections", "pause", "kill", "redrive")
+#: Kinds that need the server to answer: held back while it is frozen.
+_TALKS_TO_SERVER = frozenset({"server_restart", "server_pause", "cut_connections", "redrive"})
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,7 @@ class PlannedFault:
     """One fault of the schedule: ``at`` seconds into the fault window."""
 
     at: float
-    kind: str  # kill | pause | server_restart | cut_connections | redrive
+    kind: str  # kill | pause | server_restart | server_pause | cut_connections | redrive
     slot: int | None = None
     point: str | None = None
     duration: float | None = None
@@ -146,6 +161,24 @@ def plan_faults(
                         f.server_down,
                     )
                 )
+    if f.server_pauses:
+        if PAUSE_SERVER not in supported:
+            skipped.append(
+                f"server_pause x{f.server_pauses}: skipped, {server_name} does not support "
+                "pause_server"
+            )
+        else:
+            for _ in range(f.server_pauses):
+                length = round(lease * rng.uniform(*f.server_pause_factor), 6)
+                faults.append(
+                    PlannedFault(
+                        when(max(start, window - length - 2 * lease)),
+                        "server_pause",
+                        None,
+                        None,
+                        length,
+                    )
+                )
     if f.connection_cuts:
         if CUT_CONNECTIONS not in supported:
             skipped.append(
@@ -173,6 +206,8 @@ class Counters:
     resumes: int = 0
     server_kills: int = 0
     server_restarts: int = 0
+    server_pauses: int = 0
+    server_resumes: int = 0
     cuts: int = 0
     connections_cut: int = 0
     redrives: int = 0
@@ -194,6 +229,8 @@ class Counters:
             "resumes": self.resumes,
             "server_kills": self.server_kills,
             "server_restarts": self.server_restarts,
+            "server_pauses": self.server_pauses,
+            "server_resumes": self.server_resumes,
             "connection_cuts": self.cuts,
             "connections_cut": self.connections_cut,
             "redrives": self.redrives,
@@ -272,6 +309,7 @@ class Nemesis:
         self._todo = list(plan.faults)
         self._pending: list[_Pending] = []
         self._server_down = False
+        self._server_frozen = False
         self._draining = False
         self._runs = RunTracker()
         self.started: float | None = None
@@ -282,6 +320,11 @@ class Nemesis:
     def finished(self) -> bool:
         """Every planned fault applied and settled (no pause, arm or restart pending)."""
         return not self._todo and not self._pending and not self._armed()
+
+    @property
+    def server_frozen(self) -> bool:
+        """The server is paused right now: a call to it would hang until the resume."""
+        return self._server_frozen
 
     def start(self) -> None:
         self.started = self.clock()
@@ -300,11 +343,11 @@ class Nemesis:
         if self._draining:
             return
         elapsed = now - self.started
-        while self._todo and self._todo[0].at <= elapsed:
-            fault = self._todo[0]
-            if not self._apply(fault):
-                break  # no free target now: try again at the next tick
-            self._todo.pop(0)
+        due = [f for f in self._todo if f.at <= elapsed]
+        for fault in due:
+            if self._apply(fault):
+                self._todo.remove(fault)
+            # else: no free target, or the server is frozen: try again at the next tick
 
     def run(
         self, stop_at: float, on_tick: Callable[[], None] | None = None, interval: float = 0.02
@@ -316,7 +359,7 @@ class Nemesis:
             if self.clock() >= stop_at:
                 return False
             self.tick()
-            if on_tick is not None:
+            if on_tick is not None and not self._server_frozen:
                 on_tick()
             time.sleep(interval)
         return True
@@ -331,6 +374,8 @@ class Nemesis:
         for pending in list(self._pending):
             if pending.action():
                 self._pending.remove(pending)
+            else:
+                pending.due = self.clock()  # retried at the drain's next tick
         self.supervise()
 
     def supervise(self) -> None:
@@ -352,12 +397,16 @@ class Nemesis:
     # ---- applying ---------------------------------------------------------------------------
 
     def _apply(self, fault: PlannedFault) -> bool:
+        if fault.kind in _TALKS_TO_SERVER and self._server_frozen:
+            return False
         if fault.kind == "kill":
             return self._kill(fault)
         if fault.kind == "pause":
             return self._pause(fault)
         if fault.kind == "server_restart":
             return self._kill_server(fault)
+        if fault.kind == "server_pause":
+            return self._pause_server(fault)
         if fault.kind == "cut_connections":
             self._cut()
             return True
@@ -475,6 +524,37 @@ class Nemesis:
         self._pending.append(
             _Pending(self.clock() + (fault.duration or 1.0), restart, "restart server")
         )
+        return True
+
+    def _pause_server(self, fault: PlannedFault) -> bool:
+        if self._server_down:
+            return False
+        assert fault.duration is not None
+        self.journal.write(
+            INFO, "fault", kind="pause_server", target="server", duration=fault.duration
+        )
+        try:
+            self.server.pause()
+        except Exception as exc:
+            self.counters.notes.append(f"pause_server failed: {error_text(exc)}")
+            return True
+        self.counters.server_pauses += 1
+        self._server_frozen = True
+
+        def resume() -> bool:
+            if not self._server_frozen:
+                return True
+            try:
+                self.server.resume()
+            except Exception as exc:
+                self.counters.notes.append(f"resume_server failed: {error_text(exc)}")
+                return False  # never leave the server frozen: retried at the next tick
+            self._server_frozen = False
+            self.journal.write(INFO, "fault", kind="resume_server", target="server")
+            self.counters.server_resumes += 1
+            return True
+
+        self._pending.append(_Pending(self.clock() + fault.duration, resume, "resume server"))
         return True
 
     def _cut(self) -> None:

@@ -153,6 +153,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
     marks: list[Mark] = []
     pauses: dict[str, Mark] = {}
     server_down: Mark | None = None
+    frozen: Mark | None = None
     procs: set[str] = set()
     times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
     t_min = min(times, default=0.0)
@@ -224,6 +225,15 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
                 server_down.end = t
                 server_down.label = "server killed, then restarted"
                 server_down = None
+            elif kind == "pause_server":
+                frozen = Mark(
+                    t, "freeze", "server", f"server frozen for {e.get('duration', '?')}s"
+                )
+                marks.append(frozen)
+            elif kind == "resume_server" and frozen is not None:
+                frozen.end = t
+                frozen.label += ", then resumed"
+                frozen = None
             elif kind == "cut_connections":
                 marks.append(Mark(t, "cut", "server", f"connections cut ({e.get('count', '?')})"))
         elif op == "redrive" and typ == "ok":
@@ -238,7 +248,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
             else:
                 bar.end = last_t.get(bar.proc, bar.start)
     for mark in marks:
-        if mark.kind in ("pause", "server") and mark.end is None:
+        if mark.kind in ("pause", "server", "freeze") and mark.end is None:
             mark.end = t_max
     lanes = sorted(procs, key=_proc_key)
     return lanes, list(bars.values()), marks, t_min, t_max
@@ -346,6 +356,12 @@ def render_timeline(
                 f'height="{total_h - 18}" fill="#000" opacity="0.12">'
                 f"<title>{html.escape(mark.label)}</title></rect>"
             )
+        elif mark.kind == "freeze" and mark.end is not None:
+            svg.append(
+                f'<rect x="{x(mark.t)}" y="18" width="{max(2, x(mark.end) - x(mark.t))}" '
+                f'height="{total_h - 18}" fill="#5dade2" opacity="0.22">'
+                f"<title>{html.escape(mark.label)}</title></rect>"
+            )
         elif mark.kind == "pause" and mark.target in lane_y and mark.end is not None:
             ly, lh = lane_y[mark.target]
             svg.append(
@@ -406,6 +422,7 @@ def render_timeline(
         '<span><i style="background:#2980b9"></i>connections cut</span>'
         '<span><i style="background:#16a085"></i>redrive</span>'
         '<span><i style="background:#000;opacity:.2"></i>server down</span>'
+        '<span><i style="background:#5dade2;opacity:.4"></i>server frozen</span>'
         '<span><i style="border:2px solid red;width:8px;height:6px"></i>task in a violation</span>'
     )
     verdict = summary.get("verdict", "?")
@@ -421,6 +438,7 @@ def render_timeline(
             ("kills", summary.get("counters", {}).get("kills")),
             ("pauses", summary.get("counters", {}).get("pauses")),
             ("server restarts", summary.get("counters", {}).get("server_restarts")),
+            ("server freezes", summary.get("counters", {}).get("server_pauses")),
             ("connection cuts", summary.get("counters", {}).get("connection_cuts")),
             ("redrives", summary.get("counters", {}).get("redrives")),
         )

@@ -276,7 +276,7 @@ def _drain(
     """Let the workers finish: True once no task is PENDING or IN_FLIGHT."""
     quiet_since: float | None = None
     while time.monotonic() < end:
-        nemesis.supervise()
+        nemesis.tick()  # replaces dead workers; retries a resume that failed at stop_faults
         tick()
         try:
             stats = storage.stats(queue)

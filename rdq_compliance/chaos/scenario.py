@@ -29,6 +29,10 @@ Example (``chaos/standard.toml`` is the full one)::
 
     [faults.pause]
     count = 1
+
+    [faults.server_pause]        # freeze the whole server past the lease, then resume
+    count = 1
+    factor = [1.5, 2.5]
 """
 
 from __future__ import annotations
@@ -136,6 +140,10 @@ class Faults:
     server_restarts: int = 0
     #: Seconds the server stays down before it is restarted.
     server_down: float = 1.0
+    #: Freezes of the whole server (SIGSTOP of its process group, or ``docker pause``).
+    server_pauses: int = 0
+    #: A server freeze lasts ``lease * factor`` with factor drawn from this range (> 1).
+    server_pause_factor: tuple[float, float] = (1.5, 2.5)
     connection_cuts: int = 0
     #: Seconds between redrives of the DLQ (``None``: no redrive).
     redrive_interval: float | None = None
@@ -463,12 +471,31 @@ def _faults(t: _Table) -> Faults:
     restarts = _int(st, "count", 0, low=0, high=1000)
     down = _duration(st, "down", d.server_down)
     st.done(("count", "down"))
+    zt = t.table("server_pause")
+    server_pauses = _int(zt, "count", 0, low=0, high=1000)
+    zfactor = _number_range(zt, "factor", d.server_pause_factor, low=1.0)
+    if zfactor[0] <= 1.0:
+        raise ScenarioError(
+            f"{zt.key('factor')}: a server freeze must outlast the lease: factor(s) > 1, "
+            f"got {zfactor}"
+        )
+    zt.done(("count", "factor"))
     ct = t.table("cut_connections")
     cuts = _int(ct, "count", 0, low=0, high=100_000)
     ct.done(("count",))
     redrive = _duration(t, "redrive_interval", None)
     warmup = _number(t, "warmup", d.warmup, low=0)
-    t.done(("sigkill", "pause", "server_restart", "cut_connections", "redrive_interval", "warmup"))
+    t.done(
+        (
+            "sigkill",
+            "pause",
+            "server_restart",
+            "server_pause",
+            "cut_connections",
+            "redrive_interval",
+            "warmup",
+        )
+    )
     assert down is not None
     return Faults(
         sigkill=sigkill,
@@ -476,6 +503,8 @@ def _faults(t: _Table) -> Faults:
         pause_factor=(float(factor[0]), float(factor[1])),
         server_restarts=restarts,
         server_down=down,
+        server_pauses=server_pauses,
+        server_pause_factor=(float(zfactor[0]), float(zfactor[1])),
         connection_cuts=cuts,
         redrive_interval=redrive,
         warmup=warmup,
@@ -514,7 +543,11 @@ def scenario_from_dict(
     limits = _limits(top.table("limits"))
     top.done(_TOP_KEYS)
     if faults.warmup >= duration and (
-        faults.kills or faults.pauses or faults.server_restarts or faults.connection_cuts
+        faults.kills
+        or faults.pauses
+        or faults.server_restarts
+        or faults.server_pauses
+        or faults.connection_cuts
     ):
         raise ScenarioError(
             f"faults.warmup ({faults.warmup}s) must be shorter than duration ({duration}s)"

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from rdq_core.errors import RdqError
 from rdq_core.spi import Storage
@@ -84,6 +85,9 @@ class Server(ABC):
     dsn: str
     #: How it was provisioned, for humans: ``"given DSN"``, ``"local binary ..."``, ...
     origin: str = "embedded"
+    #: What server software and version answers, for humans (``"PostgreSQL 15.4"``), shown
+    #: in the end-of-run summary; ``None`` when the backend does not say.
+    version: str | None = None
     #: The faults :meth:`kill`, :meth:`restart`, :meth:`pause`/:meth:`resume` and
     #: :meth:`cut_connections` support (names from :data:`FAULTS`).
     faults: frozenset[str] = frozenset()
@@ -145,6 +149,11 @@ class Backend(ABC):
 
     #: The name users pass to ``--rdq-backend``.
     name: str
+    #: The backend's expected-failure ledger: known gaps, as rule id or test id -> reason.
+    #: Those tests still run and are reported as expected failures; one that passes fails
+    #: the run (strict). ``[tool.rdq.expected-failures]`` adds entries (see
+    #: :mod:`rdq_compliance.ledger`).
+    expected_failures: Mapping[str, str] = MappingProxyType({})
 
     def provision(self, request: ProvisionRequest) -> Server:
         """Find or start a server, or raise ``ProvisionUnavailable`` naming the remedies."""

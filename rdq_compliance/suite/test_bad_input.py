@@ -221,7 +221,15 @@ def test_longest_task_id_is_accepted(rdq_storage):
         s.fail(RULE, f"task {tid[:20]!r}...: 255-char id came back as {got[:20]!r}...")
 
 
-@pytest.mark.parametrize("tid", ["never-enqueued", "w-dead ", "W-DEAD", "w-dea"])
+UNKNOWN_IDS = {
+    "never-enqueued": "never-enqueued",
+    "trailing-space": "w-dead ",
+    "other-case": "W-DEAD",
+    "prefix": "w-dea",
+}
+
+
+@pytest.mark.parametrize("tid", list(UNKNOWN_IDS.values()), ids=list(UNKNOWN_IDS))
 def test_get_of_unknown_id_raises_not_found(world, tid):
     """Rule bad-input: get() of a well-formed id no task has raises NotFound (ids are
     compared exactly: no case folding, no trailing-space padding, no prefix match)."""

@@ -18,23 +18,42 @@ of the run is kept in pytest's temporary directory and printed on failure.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from rdq_compliance import rules, summary
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import load_scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.rdq_requires("multi_process")]
 
 
-def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_factory):
-    """Every checker rule holds over a whole campaign with real faults (SPEC §3)."""
+def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_factory, request):
+    """Rules one-claim, lease-respected, reclaim-expired, lease-expired-recorded,
+    history-numbering, execution-count, fencing, outcome-recorded, no-loss, drain-complete,
+    drain-timeout, dlq-complete, terminal-final and transition: every checker rule holds
+    over a whole campaign with real faults (SPEC §3). Every failure names the report
+    folder; the fault counters and the folder are recorded for the end-of-run summary
+    and the JUnit XML (``rdq.faults``, ``rdq.chaos-report``)."""
     chosen = pytestconfig.getoption("rdq_chaos_scenario")
     scenario = load_scenario(chosen or rdq_session.server.chaos_scenario)
     seed = pytestconfig.getoption("rdq_chaos_seed")
     if seed is not None:
         scenario = scenario.with_seed(seed)
     outdir = tmp_path_factory.mktemp(f"chaos-{scenario.name}")
-    result = run_campaign(scenario, session=rdq_session, outdir=outdir)
+    # user_properties, not record_property (which warns under JUnit's default xunit2 family;
+    # the properties are written all the same)
+    request.node.user_properties.append((summary.PROP_CHAOS_REPORT, str(outdir)))
+    try:
+        result = run_campaign(scenario, session=rdq_session, outdir=outdir)
+    except Exception as exc:
+        rule = getattr(exc, "rule", None)
+        text = f"the campaign stopped: {type(exc).__name__}: {exc}; report folder: {outdir}"
+        raise AssertionError(rules.message(rule, text) if rule in rules.RULES else text) from exc
+    request.node.user_properties.append(
+        (summary.PROP_FAULTS, json.dumps(result.counters.as_dict()))
+    )
     where = f"report folder: {outdir} (replay with seed {result.seed})"
     assert result.checker_error is None, f"the checker failed: {result.checker_error}; {where}"
     assert result.checked, f"the history was not checked; {where}"
@@ -43,4 +62,6 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
         + "\n\n".join(str(v) for v in result.violations[:10])
     )
     assert result.drained, f"[no-loss] the run did not drain: tasks still live; {where}"
-    assert result.workers_left == [], f"worker processes left running: {result.workers_left}"
+    assert result.workers_left == [], (
+        f"worker processes left running: {result.workers_left}; {where}"
+    )

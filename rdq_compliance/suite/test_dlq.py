@@ -173,7 +173,7 @@ def _check_page_shapes(pages, limit, queue):
         )
 
 
-@pytest.mark.parametrize("limit", [1, 2, 3, 7, 8, 100])
+@pytest.mark.parametrize("limit", [1, 2, 3, 7, 8, 100], ids=lambda n: f"page-size-{n}")
 def test_dlq_pages_return_every_dead_task_once_in_dead_letter_order(rdq_storage, limit):
     """Rule dlq-paging: following next_cursor returns every dead task exactly once, in
     dead-letter order (a task dead-lettered again after a redrive moves to the end),
@@ -283,7 +283,7 @@ def _check_stable(pages, initial, others, what):
     assert not not_dead, message("dlq-paging", f"tasks {not_dead} listed with a non-DEAD status")
 
 
-@pytest.mark.parametrize("limit", [1, 3])
+@pytest.mark.parametrize("limit", [1, 3], ids=lambda n: f"page-size-{n}")
 def test_dlq_paging_is_stable_while_tasks_are_redriven_or_purged(rdq_storage, limit):
     """Rule dlq-paging: while paging, redriving and purging tasks (already listed ones
     and ones not reached yet) never makes a page repeat a task nor skip a task that

@@ -66,6 +66,10 @@ def test_smoke_campaign_end_to_end(chaos_session, tmp_path):
         assert c.server_restarts == 1 and c.cuts == 1
     else:
         assert any("server_restart x1: skipped" in n for n in c.notes)
+    if "pause_server" in server.faults:
+        assert c.server_pauses == c.server_resumes == 1, c.notes
+    else:
+        assert any("server_pause x1: skipped" in n for n in c.notes)
     results = _assert_report(tmp_path / "out", "smoke", name)
     assert result.checked and result.violations == [], [str(v) for v in result.violations]
     assert results["verdict"] == "pass"

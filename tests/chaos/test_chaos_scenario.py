@@ -14,9 +14,14 @@ from rdq_compliance.chaos.scenario import (
     parse_duration,
     scenario_from_dict,
 )
-from rdq_compliance.provision.backend import CUT_CONNECTIONS, KILL_SERVER, RESTART_SERVER
+from rdq_compliance.provision.backend import (
+    CUT_CONNECTIONS,
+    KILL_SERVER,
+    PAUSE_SERVER,
+    RESTART_SERVER,
+)
 
-ALL_FAULTS = frozenset({KILL_SERVER, RESTART_SERVER, CUT_CONNECTIONS})
+ALL_FAULTS = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
 
 def test_standard_suite_meets_the_bar():
@@ -30,6 +35,7 @@ def test_standard_suite_meets_the_bar():
     )
     assert s.faults.pauses >= 5 and s.faults.pause_factor[0] > 1
     assert s.faults.server_restarts == 1 and s.faults.connection_cuts >= 1
+    assert s.faults.server_pauses >= 1 and s.faults.server_pause_factor[0] > 1
     assert s.faults.redrive_interval
     assert s.limits.deadline < 180
 
@@ -45,6 +51,7 @@ def test_compact_suite_keeps_every_fault_kind_of_the_standard_one():
     assert all(compact.faults.sigkill.get(p, 0) > 0 for p in kinds)
     assert compact.faults.pauses > 0 and compact.faults.pause_factor[0] > 1
     assert compact.faults.server_restarts == 1 and compact.faults.connection_cuts >= 1
+    assert compact.faults.server_pauses == standard.faults.server_pauses
     assert compact.faults.redrive_interval
     (poison,) = [h for h in compact.workload.handlers if h.name == "poison"]
     assert poison.abandon and poison.times > compact.workers.max_attempts
@@ -106,6 +113,14 @@ BASE = {"duration": "5s"}
         ),
         ({**BASE, "faults": {"pause": {"count": 1, "factor": 1.0}}}, r"must outlast the lease"),
         ({**BASE, "faults": {"pause": {"count": -1}}}, r"faults\.pause\.count"),
+        (
+            {**BASE, "faults": {"server_pause": {"count": 1, "factor": [1.0, 2.0]}}},
+            r"faults\.server_pause\.factor: a server freeze must outlast the lease",
+        ),
+        (
+            {**BASE, "faults": {"server_pause": {"count": 1, "for": "3s"}}},
+            r"unknown key 'faults\.server_pause\.for'; accepted here: count, factor",
+        ),
         ({**BASE, "limits": {"deadline": "2s"}}, r"limits\.deadline \(2\.0s\) must be longer"),
         ({**BASE, "seed": -1}, r"seed: expected an integer"),
     ],
@@ -147,6 +162,7 @@ def test_plan_has_the_scenarios_faults_in_the_window():
     assert kinds.count("kill") == s.faults.kills
     assert kinds.count("pause") == s.faults.pauses
     assert kinds.count("server_restart") == 1
+    assert kinds.count("server_pause") == s.faults.server_pauses
     assert kinds.count("cut_connections") == s.faults.connection_cuts
     assert kinds.count("redrive") == int(s.duration // s.faults.redrive_interval)
     points = [f.point for f in plan.faults if f.kind == "kill"]
@@ -155,7 +171,7 @@ def test_plan_has_the_scenarios_faults_in_the_window():
     assert [f.at for f in plan.faults] == sorted(f.at for f in plan.faults)
     for f in plan.faults:
         assert s.faults.warmup <= f.at <= s.duration
-        if f.kind == "pause":
+        if f.kind in ("pause", "server_pause"):
             assert f.duration > s.workers.lease  # past the lease
             assert f.at + f.duration <= s.duration
         if f.slot is not None:
@@ -168,12 +184,15 @@ def test_plan_is_gated_on_the_servers_faults():
     plan = plan_faults(s, frozenset(), "the sqlite server")
     kinds = {f.kind for f in plan.faults}
     assert kinds == {"kill", "pause", "redrive"}
-    assert len(plan.skipped) == 2
+    assert len(plan.skipped) == 3
     assert (
         "server_restart x1: skipped, the sqlite server does not support kill_server"
         in (plan.skipped[0])
     )
-    assert "cut_connections" in plan.skipped[1]
+    assert plan.skipped[1] == (
+        "server_pause x1: skipped, the sqlite server does not support pause_server"
+    )
+    assert "cut_connections" in plan.skipped[2]
     only_cuts = plan_faults(s, frozenset({CUT_CONNECTIONS}), durable=True)
     assert "cut_connections" in {f.kind for f in only_cuts.faults}
     assert "server_restart" not in {f.kind for f in only_cuts.faults}

@@ -20,6 +20,7 @@ from rdq_core.spi import Storage
 class _MemoryServer(Server):
     dsn = "memory:"
     origin = "in-process"
+    version = "the reference store, rdq_core.memory"
 
     def __init__(self, backend: MemoryBackend) -> None:
         self._backend = backend

@@ -62,6 +62,7 @@ class MongoServer(Server):
         self._created: set[str] = set()
         self.flavour: Flavour = self._admin_call("identify", identify)
         self.origin = origin or f"given URI {self.target.masked} ({self.flavour.label})"
+        self.version = self.flavour.label
         #: SecantusDB drains ~20 tasks/s with 16 claimers on 2 cores: too slow for the
         #: standard campaign (2,000 tasks); the compact one keeps every fault kind.
         self.chaos_scenario = "compact" if self.flavour.secantus else "standard"

@@ -72,6 +72,8 @@ class PostgresServer(Server):
         self._pid = os.getpid()
         self._created: set[str] = set()
         self.server_version = self._admin().info.server_version
+        major, minor = divmod(self.server_version, 10000)
+        self.version = f"PostgreSQL {major}.{minor}"
         if self.server_version < MIN_SERVER_VERSION:
             raise BackendUnavailable(
                 f"postgres server at {mask_dsn(dsn)} is version {self.server_version}; "

@@ -57,6 +57,7 @@ class RedisServer(Server):
         client = self._admin()
         self.cluster = is_cluster(client)
         kind = f"cluster of {len(admin.primaries(client))} masters" if self.cluster else "server"
+        self.version = self._admin_call("server_version", _redis_version)
         self.origin = origin or f"given DSN {self.target.masked} ({kind})"
 
     def _admin(self) -> Any:
@@ -123,3 +124,8 @@ class RedisServer(Server):
             client, self._client = self._client, None
         if client is not None and self._pid == os.getpid():
             client.close()
+
+
+def _redis_version(client: Any) -> str:
+    """``Redis 7.0.15`` (of the first master, for a cluster)."""
+    return f"Redis {admin.primaries(client)[0].info('server').get('redis_version', '?')}"

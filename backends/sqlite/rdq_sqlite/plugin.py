@@ -15,6 +15,7 @@ Plugin half: may import :mod:`rdq_compliance.provision` (it needs only the ``Bac
 from __future__ import annotations
 
 import re
+import sqlite3
 import threading
 import uuid
 from pathlib import Path
@@ -82,6 +83,7 @@ class SqliteServer(Server):
         self.directory = directory
         self.dsn = str(directory)
         self.origin = f"embedded (directory {directory})"
+        self.version = f"SQLite {sqlite3.sqlite_version} (the Python process's sqlite3)"
         self._owned = owned
         self._created: set[str] = set()
         self._lock = threading.Lock()

@@ -1,0 +1,266 @@
+"""What a kit run reports, for humans and for CI: the pytest half of
+:mod:`rdq_compliance.summary` and :mod:`rdq_compliance.ledger`.
+
+The plugin registers one :class:`Reporting` per run (when a backend is selected). It
+
+- tags every suite test with the rules it checks (``rdq.rules``, from the docstring's
+  ``Rule <id>``), shown after the verdict in ``-v`` output and as a property in JUnit XML;
+- applies the expected-failure ledger: a covered test gets a strict ``xfail`` whose
+  reason is the entry's, and one that fails under another rule than its entry's is
+  reported as a failure;
+- puts the rule each failure violated in ``rdq.rule`` (one property per rule: the ids the
+  failure message names as ``[id]``, else the rules the test declares);
+- sends the provisioned server's description to the summary on one report per process,
+  so it reaches the xdist controller with the reports;
+- prints the one-screen summary at the end of the run.
+
+Everything the summary needs travels in ``report.user_properties``, which xdist
+serialises from the workers to the controller.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Generator
+from pathlib import Path
+
+import pytest
+
+import rdq_compliance.suite
+from rdq_compliance import rules
+from rdq_compliance import summary as s
+from rdq_compliance.ledger import Entry, Ledger, TestRef
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings, describe
+from rdq_core.errors import InvalidArgument
+
+__all__ = ["KEY", "Reporting"]
+
+SUITE_DIR = Path(rdq_compliance.suite.__file__).resolve().parent
+_ENTRY = pytest.StashKey[Entry]()
+_RULES = pytest.StashKey[tuple[str, ...]]()
+_XPASS_STRICT = "[XPASS(strict)]"
+
+
+class Reporting:
+    """The run's reporting plugin (see the module docstring)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, ledger: Ledger) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.summary = s.Summary(str(settings.backend), describe(settings))
+        self._server: str | None = None
+        self._server_sent = False
+        self._ledger_checked = False
+
+    @classmethod
+    def for_run(cls, config: pytest.Config, settings: Settings, backend: object) -> Reporting:
+        """The plugin for a run of ``backend`` (whose ``expected_failures`` come first,
+        then the pyproject tables')."""
+        sources = [
+            (f"backend {settings.backend!r}", dict(getattr(backend, "expected_failures", {})))
+        ]
+        if settings.expected_failures:
+            where = settings.sources.get("expected-failures", "pyproject.toml")
+            sources.append((where, dict(settings.expected_failures)))
+        try:
+            ledger = Ledger.from_sources(sources)
+        except InvalidArgument as exc:
+            raise pytest.UsageError(f"rdq: {exc}") from None
+        return cls(config, settings, ledger)
+
+    def server_ready(self, session: Session) -> None:
+        """Called once the session's server is provisioned (in this process)."""
+        server = session.server
+        self._server = json.dumps(
+            {"origin": server.origin, "version": getattr(server, "version", None) or ""}
+        )
+        self._server_sent = False
+
+    # ---- collection ---------------------------------------------------------------------
+
+    def annotate(self, items: list[pytest.Item]) -> None:
+        """Tag the suite's tests with their rules and apply the ledger (before any
+        ``-k``/``-m`` deselection, so the ledger is checked against every test)."""
+        refs = []
+        for item in items:
+            declared = _declared(item)
+            item.stash[_RULES] = declared
+            if declared:
+                item.user_properties.append((s.PROP_RULES, ", ".join(declared)))
+            function = getattr(item, "originalname", item.name)
+            ref = TestRef(item.nodeid, item.name, function, declared)
+            refs.append(ref)
+            entry = self.ledger.entry_for(ref) if self.ledger else None
+            if entry is not None:
+                item.stash[_ENTRY] = entry
+                item.add_marker(pytest.mark.xfail(reason=entry.describe(), strict=True))
+                item.user_properties.append((s.PROP_EXPECTED, f"{entry.reason} [{entry.key}]"))
+        # An xdist worker leaves the check to the controller (a usage error raised in a
+        # worker's collection would reach the user as an xdist crash, its message lost).
+        if self.ledger and not hasattr(self.config, "workerinput"):
+            try:
+                self.ledger.check(refs, more_names=_suite_test_names())
+            except InvalidArgument as exc:
+                raise pytest.UsageError(f"rdq: {exc}") from None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        """On the xdist controller, check the ledger against what a worker collected."""
+        if not self.ledger or self._ledger_checked:
+            return
+        self._ledger_checked = True
+        refs = [_ref_of_nodeid(nodeid) for nodeid in ids]
+        try:
+            self.ledger.check(refs, more_names=_suite_test_names())
+        except InvalidArgument as exc:
+            pytest.exit(f"rdq: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+    # ---- running --------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if report.when == "setup" and self._server is not None and not self._server_sent:
+            report.user_properties.append((s.PROP_SERVER, self._server))
+            self._server_sent = True
+        entry = item.stash.get(_ENTRY, None)
+        named = rules.named_in(_crash_text(report)) if report.longrepr else ()
+        if entry is not None and hasattr(report, "wasxfail") and report.skipped:
+            problem = None
+            if report.when != "call":
+                # The ledger covers what the test checks, not its set-up (a server that
+                # went away, a broken fixture): that stays an error.
+                problem = f"its {report.when} failed"
+            elif entry.is_rule and named and entry.key not in named:
+                # A failure under another rule than the known gap's: a regression.
+                problem = f"it failed under {', '.join(named)}"
+            if problem is not None:
+                del report.wasxfail
+                report.outcome = "failed"
+                report.sections.append(
+                    (
+                        "rdq expected-failure ledger",
+                        f"this test is in the ledger ({entry.describe()}), but {problem}: "
+                        "reported as a failure",
+                    )
+                )
+        if report.failed and not _strict_xpass(report):
+            for rule in named or item.stash.get(_RULES, ()):
+                item.user_properties.append((s.PROP_RULE, rule))
+                report.user_properties.append((s.PROP_RULE, rule))
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> Generator[None, object, object]:
+        """In ``-v`` output, the verdict is followed by the rules the test checks."""
+        result = yield
+        if config.get_verbosity() < 1 or not isinstance(result, tuple) or len(result) != 3:
+            return result
+        category, letter, word = result
+        declared = [v for k, v in report.user_properties if k == s.PROP_RULES]
+        if not word or not declared:
+            return result
+        label = _rule_label(str(declared[0]))
+        if isinstance(word, tuple):
+            return category, letter, (f"{word[0]} ({label})", word[1])
+        return category, letter, f"{word} ({label})"
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.summary.add(_outcome(report))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if hasattr(self.config, "workerinput") or not self.summary.ran:
+            return
+        terminalreporter.write_sep("=", "rdq summary")
+        for line in self.summary.lines():
+            terminalreporter.write_line(line)
+
+
+KEY = pytest.StashKey[Reporting]()
+
+
+def _declared(item: pytest.Item) -> tuple[str, ...]:
+    if SUITE_DIR not in Path(str(item.path)).resolve().parents:
+        return ()
+    function = getattr(item, "function", None)
+    try:
+        return rules.declared_by(getattr(function, "__doc__", None))
+    except KeyError as exc:
+        raise pytest.UsageError(f"rdq: suite test {item.nodeid}: {exc.args[0]}") from None
+
+
+def _suite_test_names() -> set[str]:
+    """The names of every test function of the suite, read from its source (so a ledger
+    entry naming a test that ``-k`` or a path left out is still known)."""
+    names = set()
+    for path in SUITE_DIR.glob("test_*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                names.add(node.name)
+    return names
+
+
+def _ref_of_nodeid(nodeid: str) -> TestRef:
+    name = nodeid.rpartition("::")[2]
+    return TestRef(nodeid, name, name.partition("[")[0])
+
+
+def _crash_text(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message)
+    if isinstance(longrepr, tuple):
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def _strict_xpass(report: pytest.TestReport) -> bool:
+    return isinstance(report.longrepr, str) and report.longrepr.startswith(_XPASS_STRICT)
+
+
+def _rule_label(declared: str, shown: int = 2) -> str:
+    ids = [r.strip() for r in declared.split(",")]
+    more = len(ids) - shown
+    return "rule " + ", ".join(ids[:shown]) + (f" +{more} more" if more > 0 else "")
+
+
+def _suite_of(report: pytest.TestReport) -> str:
+    keywords = report.keywords
+    if "chaos" in keywords:
+        return "chaos"
+    if "stateful" in keywords:
+        return "stateful"
+    if "rdq_conformance" in keywords:
+        return "conformance"
+    return "own tests"
+
+
+def _outcome(report: pytest.TestReport) -> s.Outcome:
+    wasxfail = getattr(report, "wasxfail", None)
+    reason = ""
+    if report.passed:
+        category = None
+        if report.when == "call":
+            category = "xpassed" if wasxfail is not None else "passed"
+    elif report.failed:
+        category = "failed" if report.when == "call" else "error"
+    elif wasxfail is not None:
+        category, reason = "xfailed", str(wasxfail)
+    else:
+        category = "skipped"
+        reason = _crash_text(report).removeprefix("Skipped: ")
+    return s.Outcome(
+        nodeid=report.nodeid,
+        suite=_suite_of(report),
+        category=category,
+        reason=reason,
+        strict_xpass=_strict_xpass(report),
+        properties=tuple((str(k), str(v)) for k, v in report.user_properties),
+    )

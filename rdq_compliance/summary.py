@@ -1,0 +1,258 @@
+"""The one-screen summary at the end of a kit run: pure bookkeeping over test outcomes.
+
+The pytest layer feeds it one :class:`Outcome` per test report (on the xdist controller,
+from the reports the workers sent: everything it needs travels in
+``report.user_properties``) and prints :meth:`Summary.lines`:
+
+- the backend, the server(s) it ran on, their version and how each was provisioned;
+- tests passed / failed / errors / skipped / expected-failed / unexpectedly passed, by
+  suite (conformance, stateful, chaos, and the user's own tests);
+- violations by rule, naming the tests;
+- the expected failures of the ledger and every strict entry whose test passed;
+- every skip, grouped by reason (nothing is skipped silently);
+- the faults the chaos campaign injected and where its report folder is.
+
+At most :data:`MAX_LINES` lines: long lists are cut with ``... and N more`` and a pointer
+to where the rest is (``-rs``, the JUnit XML).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["MAX_LINES", "SUITES", "Outcome", "Summary"]
+
+#: The suites, in the order the summary lists them.
+SUITES = ("conformance", "stateful", "chaos", "own tests")
+#: Result categories, in table order.
+CATEGORIES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+#: The longest summary, in lines (one screen).
+MAX_LINES = 25
+
+# The user_properties names the pytest layer uses (also visible in JUnit XML).
+PROP_RULES = "rdq.rules"  # the rules a test declares it checks
+PROP_RULE = "rdq.rule"  # a rule a failure violated (one property per rule)
+PROP_EXPECTED = "rdq.expected-failure"  # the ledger entry covering the test
+PROP_FAULTS = "rdq.faults"  # the chaos campaign's fault counters (JSON)
+PROP_CHAOS_REPORT = "rdq.chaos-report"  # the chaos campaign's report folder
+PROP_SERVER = "rdq.server"  # the provisioned server (JSON), on one report per process
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one report says about one test. ``category`` is one of :data:`CATEGORIES`,
+    or ``None`` for a report that does not decide the test's result (a passing setup or
+    teardown)."""
+
+    nodeid: str
+    suite: str
+    category: str | None
+    reason: str = ""
+    strict_xpass: bool = False
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def values(self, name: str) -> list[str]:
+        return [v for k, v in self.properties if k == name]
+
+
+@dataclass
+class _Test:
+    suite: str
+    category: str | None = None
+    reason: str = ""
+    strict_xpass: bool = False
+    violated: list[str] = field(default_factory=list)
+    expected: str = ""
+
+
+_RANK = {None: 0, "passed": 1, "xpassed": 1, "skipped": 2, "xfailed": 2, "failed": 3, "error": 4}
+
+
+class Summary:
+    """Outcomes gathered during a run, rendered in one screen at its end."""
+
+    def __init__(self, backend: str, settings_line: str) -> None:
+        self.backend = backend
+        self.settings_line = settings_line
+        self._tests: dict[str, _Test] = {}
+        self._servers: list[dict[str, str]] = []
+        self._faults: list[dict[str, object]] = []
+        self._chaos_reports: list[str] = []
+
+    # ---- gathering ----------------------------------------------------------------------
+
+    def add(self, outcome: Outcome) -> None:
+        test = self._tests.setdefault(outcome.nodeid, _Test(outcome.suite))
+        if _RANK[outcome.category] > _RANK[test.category] or (
+            outcome.category is not None and test.category is None
+        ):
+            test.category = outcome.category
+            test.reason = outcome.reason
+            test.strict_xpass = outcome.strict_xpass
+        for rule in outcome.values(PROP_RULE):
+            if rule not in test.violated:
+                test.violated.append(rule)
+        for reason in outcome.values(PROP_EXPECTED):
+            test.expected = reason
+        for raw in outcome.values(PROP_SERVER):
+            server = json.loads(raw)
+            if server not in self._servers:
+                self._servers.append(server)
+        for raw in outcome.values(PROP_FAULTS):
+            counters = json.loads(raw)
+            if counters not in self._faults:
+                self._faults.append(counters)
+        for folder in outcome.values(PROP_CHAOS_REPORT):
+            if folder not in self._chaos_reports:
+                self._chaos_reports.append(folder)
+
+    @property
+    def ran(self) -> bool:
+        """Whether any test was reported (else there is nothing to summarise)."""
+        return any(t.category is not None for t in self._tests.values())
+
+    def counts(self) -> dict[str, Counter[str]]:
+        """Tests by suite and category."""
+        out: dict[str, Counter[str]] = {}
+        for test in self._tests.values():
+            if test.category is not None:
+                out.setdefault(test.suite, Counter())[test.category] += 1
+        return out
+
+    def violations(self) -> dict[str, list[str]]:
+        """Failed tests by the rule they violated."""
+        out: dict[str, list[str]] = {}
+        for nodeid, test in self._tests.items():
+            if test.category in ("failed", "error") and not test.strict_xpass:
+                for rule in test.violated or ["(no rule named)"]:
+                    out.setdefault(rule, []).append(nodeid)
+        return out
+
+    # ---- rendering ----------------------------------------------------------------------
+
+    def lines(self) -> list[str]:
+        """The summary, at most :data:`MAX_LINES` lines (long sections are cut, each
+        keeping its first lines and saying how many more there are and where)."""
+        head = [*self._server_lines(), *self._table()]
+        tail = self._chaos_lines()
+        budget = MAX_LINES - len(head) - len(tail)
+        sections = [
+            (lines, what)
+            for lines, what in (self._violations(), self._ledger(), self._skips())
+            if lines
+        ]
+        body: list[str] = []
+        for n, (lines, what) in enumerate(sections):
+            room = max(budget // (len(sections) - n), 2)  # a fair share; unused room moves on
+            kept = _cut(lines, room, what)
+            body.extend(kept)
+            budget -= len(kept)
+        return [*head, *body, *tail][:MAX_LINES]
+
+    def _server_lines(self) -> list[str]:
+        if not self._servers:
+            return [f"rdq: {self.backend}: no server was provisioned ({self.settings_line})"]
+        lines = []
+        for server in self._servers[:3]:
+            version = server.get("version") or "version not declared by the backend"
+            lines.append(f"rdq: {self.backend} server: {server['origin']} [{version}]")
+        if len(self._servers) > 3:
+            lines.append(f"  ... and {len(self._servers) - 3} more servers (one per process)")
+        lines.append(f"  settings: {self.settings_line}")
+        return lines
+
+    def _table(self) -> list[str]:
+        counts = self.counts()
+        head = f"  {'suite':<12}" + "".join(f"{c:>9}" for c in CATEGORIES)
+        rows = [head]
+        for suite in SUITES:
+            if suite in counts:
+                cells = "".join(f"{counts[suite][c]:>9}" for c in CATEGORIES)
+                rows.append(f"  {suite:<12}{cells}")
+        if len(rows) == 1:
+            rows.append("  no test ran")
+        return rows
+
+    def _violations(self) -> tuple[list[str], str]:
+        found = self.violations()
+        if not found:
+            return ["  violations by rule: none"], ""
+        failed = len({n for nodeids in found.values() for n in nodeids})
+        lines = [f"  violations by rule ({failed} failed tests):"]
+        for rule, nodeids in sorted(found.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"    {rule}: {len(nodeids)} ({_names(nodeids)})")
+        return lines, "rules (see the failures above, or rdq.rule in the JUnit XML)"
+
+    def _ledger(self) -> tuple[list[str], str]:
+        xfailed = [(n, t) for n, t in self._tests.items() if t.category == "xfailed"]
+        fixed = [(n, t) for n, t in self._tests.items() if t.strict_xpass]
+        if not xfailed and not fixed:
+            return [], ""
+        lines = []
+        if xfailed:
+            lines.append(f"  expected failures (ledger): {len(xfailed)}")
+            for nodeid, test in xfailed:
+                lines.append(f"    {_short(nodeid)}: {test.expected or test.reason}")
+        if fixed:
+            lines.append(
+                f"  ledger entries whose test PASSED (strict: fix the ledger): {len(fixed)}"
+            )
+            for nodeid, test in fixed:
+                lines.append(f"    {_short(nodeid)}: {test.expected or test.reason}")
+        return lines, "entries (see -rxX)"
+
+    def _skips(self) -> tuple[list[str], str]:
+        by_reason: dict[str, list[str]] = {}
+        for nodeid, test in self._tests.items():
+            if test.category == "skipped":
+                by_reason.setdefault(test.reason or "(no reason given)", []).append(nodeid)
+        if not by_reason:
+            return [], ""
+        total = sum(len(v) for v in by_reason.values())
+        lines = [f"  skipped: {total}"]
+        for reason, nodeids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"    {len(nodeids)} x {reason} ({_names(nodeids)})")
+        return lines, "reasons (see -rs)"
+
+    def _chaos_lines(self) -> list[str]:
+        lines = []
+        for counters in self._faults:
+            lines.append(f"  chaos faults injected: {_faults(counters)}")
+        for folder in self._chaos_reports:
+            lines.append(f"  chaos report: {folder}")
+        return lines
+
+
+def _faults(counters: dict[str, object]) -> str:
+    labels = (
+        ("total_kills", "worker kills"),
+        ("pauses", "worker pauses"),
+        ("server_kills", "server kills"),
+        ("server_restarts", "server restarts"),
+        ("server_pauses", "server freezes"),
+        ("connection_cuts", "connection cuts"),
+        ("redrives", "redrives"),
+    )
+    parts = [f"{counters[k]} {label}" for k, label in labels if counters.get(k)]
+    return ", ".join(parts) or "none"
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.rpartition("/")[2]
+
+
+def _names(nodeids: Iterable[str], shown: int = 2) -> str:
+    nodeids = list(nodeids)
+    names = [n.rpartition("::")[2] for n in nodeids[:shown]]
+    more = len(nodeids) - shown
+    return ", ".join(names) + (f", +{more}" if more > 0 else "")
+
+
+def _cut(lines: list[str], budget: int, what: str) -> list[str]:
+    if len(lines) <= budget:
+        return lines
+    kept = lines[: max(budget - 1, 1)]
+    return [*kept, f"    ... and {len(lines) - len(kept)} more {what}"]
