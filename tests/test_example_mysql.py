@@ -4,8 +4,9 @@ another scheme, a closed port, wrong credentials) is one clear error, never a Py
 stack trace. The whole kit on it (conformance, stateful, chaos; DSN and local rungs) runs
 in ``.ci/run``, from a fresh venv, with ``examples/rdq-mysql/run-kit.sh``.
 
-Needs ``pip install -e examples/rdq-mysql`` (``.ci/run`` does it) and, for the server
-checks, the MariaDB at ``RDQ_MYSQL_DSN`` (default ``mysql://root@127.0.0.1:3306/test``);
+Imports the example from its folder (put first on ``sys.path``; PyMySQL, its driver, is in
+the kit's ``dev`` extra) and, for the server checks, needs the MariaDB at
+``RDQ_MYSQL_DSN`` (default ``mysql://root@127.0.0.1:3306/test``);
 without them these tests skip — except under ``CI=true``, where that is a failure.
 """
 
@@ -22,6 +23,8 @@ import pytest
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rdq-mysql"
+if str(EXAMPLE) not in sys.path:
+    sys.path.insert(0, str(EXAMPLE))  # the example as its source folder: no install needed
 DSN = os.environ.get("RDQ_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -38,7 +41,7 @@ def _rdq_mysql():
         import rdq_mysql.server
         import rdq_mysql.storage
     except ImportError:
-        _need(False, "rdq_mysql is not installed: pip install -e examples/rdq-mysql")
+        _need(False, "rdq_mysql cannot be imported: is PyMySQL there? pip install -e '.[dev]'")
     return rdq_mysql
 
 
@@ -112,7 +115,13 @@ def test_the_storage_half_imports_no_kit_code():
         "'rdq_mysql.server', 'rdq_mysql.local', 'rdq_mysql.container'))\n"
         "assert not plugin, plugin\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    path = os.pathsep.join([str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     assert done.returncode == 0, done.stderr
 
 
