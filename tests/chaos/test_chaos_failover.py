@@ -318,3 +318,44 @@ def test_a_sigkilled_runner_leaves_no_replica_forwarder_or_data(
         rest = [p for p in paths if p.exists()]
         time.sleep(0.2)
     assert not rest, f"data folders left after the runner's SIGKILL: {rest}"
+
+
+# ---- Redis WAIT: a write the replica did not confirm is not acknowledged ----------------
+
+
+def test_redis_wait_refuses_to_acknowledge_a_write_the_replica_did_not_confirm(
+    tmp_path: Path,
+) -> None:
+    from rdq_redis.connection import parse_dsn
+    from rdq_redis.storage import RedisStorage
+
+    from rdq_core.errors import BackendUnavailable, InvalidArgument
+    from rdq_core.model import NewTask
+
+    with pytest.raises(InvalidArgument, match=r"rdq_wait='many': expected an integer >= 0"):
+        parse_dsn("redis://127.0.0.1:1/0?rdq_wait=many")
+    with pytest.raises(InvalidArgument, match=r"rdq_wait_timeout='0': expected an integer >= 1"):
+        parse_dsn("redis://127.0.0.1:1/0?rdq_wait=1&rdq_wait_timeout=0")
+    assert parse_dsn("redis://127.0.0.1:1/0").wait_replicas == 0, "WAIT must be opt-in"
+    session = replicated_session("redis", {"redis_replica": "wait"}, tmp_path / "server")
+    try:
+        server = session.server
+        dsn = server.dsn.replace("rdq_wait_timeout=1000", "rdq_wait_timeout=200")
+        namespace = server.create_namespace()
+        storage = RedisStorage(dsn, namespace)
+        unconfirmed = RedisStorage(dsn.split("?")[0], namespace)  # the same, without WAIT
+        try:
+            assert storage.enqueue(NewTask(id="a", queue="q", handler="h"))
+            server.replicated.link.hold()
+            try:
+                with pytest.raises(BackendUnavailable, match=r"0 of 1 replica\(s\) confirmed"):
+                    storage.enqueue(NewTask(id="b", queue="q", handler="h"))
+                # without WAIT the same write is acknowledged at once, replica or not
+                assert unconfirmed.enqueue(NewTask(id="c", queue="q", handler="h"))
+            finally:
+                server.replicated.link.release()
+        finally:
+            storage.close()
+            unconfirmed.close()
+    finally:
+        session.close()
