@@ -198,6 +198,71 @@ def test_a_failover_is_its_own_mark_on_the_timeline() -> None:
     assert "lagged 0.5s" in mark.label and "node B" in mark.label
 
 
+class FailingOverServer:
+    """A fake replicated server: records failovers; ``broken`` makes them fail."""
+
+    faults = frozenset({FAILOVER})
+
+    def __init__(self, broken: bool = False) -> None:
+        self.broken = broken
+        self.lags: list[float] = []
+
+    def failover(self, replica_lag: float = 0.0) -> str:
+        if self.broken:
+            raise RuntimeError("pg_promote() did not finish")
+        self.lags.append(replica_lag)
+        return "node B"
+
+
+class NoFleet:
+    size = 1
+
+    def exited(self) -> list:
+        return []
+
+    def workers(self) -> list:
+        return []
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_nemesis_journals_and_counts_a_failover(tmp_path: Path, broken: bool) -> None:
+    from rdq_compliance.chaos.events import Journal, read_journal
+    from rdq_compliance.chaos.journal_observer import LockedJournal
+    from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, PlannedFault
+
+    server = FailingOverServer(broken)
+    now = [100.0]
+    nemesis = Nemesis(
+        FaultPlan((PlannedFault(1.0, "failover", duration=0.5),)),
+        load_scenario("failover"),
+        NoFleet(),  # type: ignore[arg-type]
+        server,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        "ns",
+        LockedJournal(Journal(tmp_path / "harness.jsonl", "harness")),
+        Counters(),
+        clock=lambda: now[0],
+    )
+    nemesis.start()
+    for step in range(20):
+        now[0] = 100.0 + step * 0.1
+        nemesis.tick()
+    assert nemesis.finished
+    events = [e for e in read_journal(tmp_path / "harness.jsonl") if e["op"] == "fault"]
+    if broken:
+        assert [e["kind"] for e in events] == ["failover"]
+        assert nemesis.counters.failovers == 0
+        (note,) = nemesis.counters.notes
+        assert note.startswith("failover failed:") and "pg_promote() did not finish" in note
+        return
+    assert server.lags == [0.5] and nemesis.counters.failovers == 1
+    assert [(e["kind"], e.get("replica_lag"), e.get("promoted")) for e in events] == [
+        ("failover", 0.5, None),
+        ("promoted", None, "node B"),
+    ]
+    assert nemesis.counters.as_dict()["failovers"] == 1
+
+
 # ---- the campaigns ------------------------------------------------------------------------
 
 
