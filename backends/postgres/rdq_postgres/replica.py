@@ -274,9 +274,11 @@ class ReplicatedPostgresServer(LocalPostgresServer):
             "async": "asynchronous streaming replication",
             "sync": "synchronous replication: synchronous_commit=remote_apply",
         }[pair.mode]
+        # The addresses of primary and replica change at a failover: named as started.
         self.origin = (
-            f"{self.origin} ({how}; replica on 127.0.0.1:{pair.replica.port}; clients "
-            f"through the forwarder {pair.forwarder.address})"
+            f"{self.origin.replace(' on 127.0.0.1:', ', started as primary 127.0.0.1:')} and "
+            f"replica 127.0.0.1:{pair.replica.port} ({how}), clients through the forwarder "
+            f"{pair.forwarder.address}"
         )
 
     def failover(self, replica_lag: float = 0.0) -> str:

@@ -34,6 +34,7 @@ the chaos checker names it (``FINDINGS.md``).
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from rdq_redis.local import (
 )
 from rdq_redis.options import (
     LOCAL_OPTIONS,
+    PERSISTENCE_FLAGS,
     REDIS_BIN_DIR,
     REDIS_START_TIMEOUT,
     persistence_mode,
@@ -203,9 +205,14 @@ class ReplicatedRedisServer(LocalRedisServer):
         how = "asynchronous replication"
         if local.mode == "wait":
             how = "replication confirmed by WAIT 1 after every write"
+        binary = local.binaries["redis-server"]
+        flags = shlex.join(PERSISTENCE_FLAGS[local.persistence])
+        # The addresses of primary and replica change at a failover: named as started.
         self.origin = (
-            f"{self.origin}: primary {local.primary.address}, replica {local.replica.address} "
-            f"({how}), clients through the forwarder {local.forwarder.address}"
+            f"local binary {binary}, a primary and a replica ({how}; persistence "
+            f"{local.persistence}: {flags}), started as primary {local.primary.address} and "
+            f"replica {local.replica.address}, clients through the forwarder "
+            f"{local.forwarder.address}"
         )
 
     def failover(self, replica_lag: float = 0.0) -> str:
