@@ -39,7 +39,8 @@ from rdq_compliance.chaos.checker import FinalState, Violation, check, read_fina
 from rdq_compliance.chaos.events import OK, Event, Journal, read_history
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
-from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults
+from rdq_compliance.chaos.nemesis import NO_NETWORK, Counters, Nemesis, plan_faults
+from rdq_compliance.chaos.partitions import WorkerNetwork, worker_network
 from rdq_compliance.chaos.report import write_report
 from rdq_compliance.chaos.results import CampaignResult, Progress, ProgressFn
 from rdq_compliance.chaos.scenario import Scenario
@@ -166,12 +167,14 @@ def run_campaign(
     server = session.server
     backend_name = session.name
     capabilities = session.capabilities()
+    network, no_network = _partition_network(scenario, server, backend_name)
     plan = plan_faults(
         scenario,
         server.faults,
         f"the {backend_name} server ({server.origin})",
         durable=capabilities.durable,
         durability=capabilities.durability,
+        no_network=None if network is not None else no_network,
     )
     counters.notes.extend(plan.skipped)
     result = CampaignResult(
@@ -202,18 +205,26 @@ def run_campaign(
             last_stats[0] = storage.stats(queue)
         progress(Progress(phase, now - t0, len(tasks), last_stats[0], counters))
 
-    fleet = Fleet(
-        worker_template(scenario, spec),
-        scenario.workers.count,
-        history_dir=history_dir,
-        control_dir=outdir / "control",
-        log_dir=outdir / "logs",
-    )
+    try:
+        fleet = Fleet(
+            worker_template(scenario, spec),
+            scenario.workers.count,
+            history_dir=history_dir,
+            control_dir=outdir / "control",
+            log_dir=outdir / "logs",
+            launcher=network.launch if network is not None else None,
+        )
+    except BaseException:
+        if network is not None:
+            network.close()
+        raise
     try:
         report_progress("enqueue", force=True)
         enqueue_all(storage, tasks, journal)
         fleet.start()
-        nemesis = Nemesis(plan, scenario, fleet, server, storage, namespace, journal, counters)
+        nemesis = Nemesis(
+            plan, scenario, fleet, server, storage, namespace, journal, counters, network=network
+        )
         nemesis.start()
         stop_at = t0 + scenario.limits.deadline
         if not nemesis.run(stop_at, on_tick=lambda: report_progress("faults")):
@@ -237,8 +248,12 @@ def run_campaign(
                 "tasks were still PENDING or IN_FLIGHT"
             )
     finally:
-        fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
-        result.workers_left = fleet.pids()
+        try:
+            fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
+            result.workers_left = fleet.pids()
+        finally:
+            if network is not None:
+                network.close()
     try:
         report_progress("check", force=True)
         final = read_final_state(
@@ -268,6 +283,15 @@ def run_campaign(
             Progress("done", result.duration, len(tasks), stats, counters, len(result.violations))
         )
     return result
+
+
+def _partition_network(
+    scenario: Scenario, server: Server, backend: str
+) -> tuple[WorkerNetwork | None, str]:
+    """The workers' network when the scenario partitions them, else ``(None, why not)``."""
+    if not scenario.faults.partitions:
+        return None, NO_NETWORK
+    return worker_network(server, scenario.workers.count, backend)
 
 
 def _drain(

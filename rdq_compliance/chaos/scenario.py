@@ -33,6 +33,11 @@ Example (``chaos/standard.toml`` is the full one)::
     [faults.server_pause]        # freeze the whole server past the lease, then resume
     count = 1
     factor = [1.5, 2.5]
+
+    [faults.partition]           # cut workers off the server (both ways) past the lease
+    count = 2
+    workers = 1                  # worker slots cut off together
+    factor = [2.0, 3.0]
 """
 
 from __future__ import annotations
@@ -145,6 +150,11 @@ class Faults:
     #: A server freeze lasts ``lease * factor`` with factor drawn from this range (> 1).
     server_pause_factor: tuple[float, float] = (1.5, 2.5)
     connection_cuts: int = 0
+    #: Network partitions: ``partition_workers`` worker slots cut off from the server (every
+    #: packet dropped both ways: their calls hang) for ``lease * factor``, then healed.
+    partitions: int = 0
+    partition_workers: int = 1
+    partition_factor: tuple[float, float] = (2.0, 3.0)
     #: Seconds between redrives of the DLQ (``None``: no redrive).
     redrive_interval: float | None = None
     #: No fault before this many seconds into the window (workers start up).
@@ -483,6 +493,16 @@ def _faults(t: _Table) -> Faults:
     ct = t.table("cut_connections")
     cuts = _int(ct, "count", 0, low=0, high=100_000)
     ct.done(("count",))
+    nt = t.table("partition")
+    partitions = _int(nt, "count", 0, low=0, high=10_000)
+    partition_workers = _int(nt, "workers", d.partition_workers, low=1, high=256)
+    nfactor = _number_range(nt, "factor", d.partition_factor, low=1.0)
+    if nfactor[0] <= 1.0:
+        raise ScenarioError(
+            f"{nt.key('factor')}: a partition must outlast the lease: factor(s) > 1, "
+            f"got {nfactor}"
+        )
+    nt.done(("count", "workers", "factor"))
     redrive = _duration(t, "redrive_interval", None)
     warmup = _number(t, "warmup", d.warmup, low=0)
     t.done(
@@ -492,6 +512,7 @@ def _faults(t: _Table) -> Faults:
             "server_restart",
             "server_pause",
             "cut_connections",
+            "partition",
             "redrive_interval",
             "warmup",
         )
@@ -506,6 +527,9 @@ def _faults(t: _Table) -> Faults:
         server_pauses=server_pauses,
         server_pause_factor=(float(zfactor[0]), float(zfactor[1])),
         connection_cuts=cuts,
+        partitions=partitions,
+        partition_workers=partition_workers,
+        partition_factor=(float(nfactor[0]), float(nfactor[1])),
         redrive_interval=redrive,
         warmup=warmup,
     )
@@ -548,9 +572,15 @@ def scenario_from_dict(
         or faults.server_restarts
         or faults.server_pauses
         or faults.connection_cuts
+        or faults.partitions
     ):
         raise ScenarioError(
             f"faults.warmup ({faults.warmup}s) must be shorter than duration ({duration}s)"
+        )
+    if faults.partitions and faults.partition_workers > workers.count:
+        raise ScenarioError(
+            f"faults.partition.workers ({faults.partition_workers}) must be at most "
+            f"workers.count ({workers.count})"
         )
     if limits.deadline <= duration:
         raise ScenarioError(

@@ -1,0 +1,69 @@
+"""The network a partition campaign's workers run in (see :mod:`rdq_compliance.provision.netns`).
+
+:func:`worker_network` builds it for a campaign whose scenario asks for partitions: one
+namespace per worker slot, each joined to a router namespace that relays to the
+server's own address; every worker of slot *i* runs in namespace *i* and connects
+through the DSN :meth:`~rdq_compliance.provision.backend.Server.dsn_via` gives for its
+relay. The nemesis cuts slots off (:meth:`WorkerNetwork.partition`) and heals them.
+
+When the network cannot be built, it says why, and the campaign runs without it (the
+partitions are left out of the plan with that note): not root, no ``ip``/``nft``, an
+embedded store (SQLite, memory: no network to partition), a server not reached at one
+TCP address (a Redis Cluster, whose redirects name its nodes' real addresses), or a
+failure of the namespace commands themselves.
+
+The harness itself (enqueue, redrives, progress, final state) keeps talking to the server
+from the machine's own namespace, directly: it is never partitioned, so it needs no
+relay of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rdq_compliance.chaos.fleet import Launch
+from rdq_compliance.provision import netns
+from rdq_compliance.provision.backend import Server, UnsupportedFault
+
+
+@dataclass
+class WorkerNetwork:
+    """A built network: where each slot's workers run, and the partition switch."""
+
+    topology: netns.Topology
+    server: Server
+
+    def launch(self, slot: int) -> Launch:
+        host, port = self.topology.address(slot)
+        return Launch(tuple(self.topology.command_prefix(slot)), self.server.dsn_via(host, port))
+
+    def partition(self, slots: Sequence[int]) -> None:
+        self.topology.partition(slots)
+
+    def heal(self, slots: Sequence[int]) -> None:
+        self.topology.heal(slots)
+
+    def close(self) -> None:
+        self.topology.close()
+
+
+def worker_network(server: Server, slots: int, backend: str) -> tuple[WorkerNetwork | None, str]:
+    """``(network, "")``, or ``(None, why it cannot be built)``."""
+    why = netns.unavailable()
+    if why:
+        return None, why
+    try:
+        address = server.network_address()
+        server.dsn_via(*address)
+    except UnsupportedFault as exc:
+        return None, (
+            f"the {backend} server ({server.origin}) is not reached over one TCP address, "
+            f"so there is no network between its clients and it to partition: {exc}"
+        )
+    netns.sweep_stale()
+    try:
+        topology = netns.Topology(slots, address).open()
+    except netns.NetnsError as exc:
+        return None, f"the network namespaces could not be built: {exc}"
+    return WorkerNetwork(topology, server), ""
