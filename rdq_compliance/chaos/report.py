@@ -154,6 +154,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
     pauses: dict[str, Mark] = {}
     server_down: Mark | None = None
     frozen: Mark | None = None
+    cut_off: dict[str, Mark] = {}  # partitions not healed yet, by their slots
     procs: set[str] = set()
     times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
     t_min = min(times, default=0.0)
@@ -236,6 +237,19 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
                 frozen = None
             elif kind == "cut_connections":
                 marks.append(Mark(t, "cut", "server", f"connections cut ({e.get('count', '?')})"))
+            elif kind == "partition":
+                key = str(e.get("slots"))
+                cut_off[key] = Mark(
+                    t,
+                    "partition",
+                    target,
+                    f"{target} partitioned from the server for {e.get('duration', '?')}s",
+                )
+                marks.append(cut_off[key])
+            elif kind == "heal" and str(e.get("slots")) in cut_off:
+                mark = cut_off.pop(str(e.get("slots")))
+                mark.end = t
+                mark.label += ", then healed"
         elif op == "redrive" and typ == "ok":
             marks.append(
                 Mark(t, "redrive", "harness", f"redrive of {len(e.get('tasks') or [])} dead tasks")
@@ -248,7 +262,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
             else:
                 bar.end = last_t.get(bar.proc, bar.start)
     for mark in marks:
-        if mark.kind in ("pause", "server", "freeze") and mark.end is None:
+        if mark.kind in ("pause", "server", "freeze", "partition") and mark.end is None:
             mark.end = t_max
     lanes = sorted(procs, key=_proc_key)
     return lanes, list(bars.values()), marks, t_min, t_max
@@ -362,6 +376,16 @@ def render_timeline(
                 f'height="{total_h - 18}" fill="#5dade2" opacity="0.22">'
                 f"<title>{html.escape(mark.label)}</title></rect>"
             )
+        elif mark.kind == "partition" and mark.end is not None:
+            for lane in mark.target.split(","):
+                if lane not in lane_y:
+                    continue
+                ly, lh = lane_y[lane]
+                svg.append(
+                    f'<rect x="{x(mark.t)}" y="{ly}" width="{max(2, x(mark.end) - x(mark.t))}" '
+                    f'height="{lh}" fill="#e67e22" opacity="0.30">'
+                    f"<title>{html.escape(mark.label)}</title></rect>"
+                )
         elif mark.kind == "pause" and mark.target in lane_y and mark.end is not None:
             ly, lh = lane_y[mark.target]
             svg.append(
@@ -423,6 +447,7 @@ def render_timeline(
         '<span><i style="background:#16a085"></i>redrive</span>'
         '<span><i style="background:#000;opacity:.2"></i>server down</span>'
         '<span><i style="background:#5dade2;opacity:.4"></i>server frozen</span>'
+        '<span><i style="background:#e67e22;opacity:.5"></i>partitioned</span>'
         '<span><i style="border:2px solid red;width:8px;height:6px"></i>task in a violation</span>'
     )
     verdict = summary.get("verdict", "?")
@@ -440,6 +465,7 @@ def render_timeline(
             ("server restarts", summary.get("counters", {}).get("server_restarts")),
             ("server freezes", summary.get("counters", {}).get("server_pauses")),
             ("connection cuts", summary.get("counters", {}).get("connection_cuts")),
+            ("partitions", summary.get("counters", {}).get("partitions")),
             ("redrives", summary.get("counters", {}).get("redrives")),
         )
     )
