@@ -338,3 +338,30 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
         f"{len(taken)} heartbeats taken as applied; campaign {result.duration:.1f}s\n"
         + v.message.split("\n")[0]
     )
+
+
+def test_dsn_via_rewrites_url_dsns_and_says_why_it_cannot():
+    from rdq_compliance.provision.backend import UnsupportedFault, url_address, url_via
+
+    pg = "postgresql://postgres:pw@127.0.0.1:5432/test?sslmode=disable"
+    assert url_address(pg) == ("127.0.0.1", 5432)
+    assert url_via(pg, "10.199.3.1", 5432) == (
+        "postgresql://postgres:pw@10.199.3.1:5432/test?sslmode=disable"
+    )
+    assert url_via("redis://127.0.0.1:6379/0", "10.199.0.1", 6379) == "redis://10.199.0.1:6379/0"
+    assert url_via("mysql://root@127.0.0.1:3306/test", "h", 1) == "mysql://root@h:1/test"
+    for bad in ("host=127.0.0.1 port=5432 dbname=test", "memory:", "/tmp/rdq-sqlite",
+                "mongodb://a:1,b:2/?replicaSet=rs", "redis://127.0.0.1/0"):  # fmt: skip
+        with pytest.raises(UnsupportedFault, match=r"one host and an explicit port|not a URL"):
+            url_address(bad)
+
+
+def test_the_mongo_uri_through_a_relay_connects_directly():
+    pytest.importorskip("pymongo")
+    from rdq_mongo.server import MongoServer
+
+    server = MongoServer.__new__(MongoServer)  # no deployment needed to rewrite a URI
+    server.dsn = "mongodb://127.0.0.1:27017/?replicaSet=rs0&directConnection=false"
+    assert server.dsn_via("10.199.1.1", 27017) == (
+        "mongodb://10.199.1.1:27017/?replicaSet=rs0&directConnection=true"
+    )
