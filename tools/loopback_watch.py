@@ -13,8 +13,8 @@ found, and exits 1 if there was one (else the command's exit code).
 ``--allow-kit-veths`` also accepts peers in the kit's own veth range (``10.199.0.0/16``,
 :mod:`rdq_compliance.provision.netns`) and then also watches inside the network
 namespaces of watched processes (a partition campaign's workers run in their own: their
-sockets are read from ``/proc/<pid>/net/tcp*`` of one process per namespace, as
-``psutil`` sees only the watcher's namespace).
+sockets are read from ``/proc/<tid>/net/tcp*`` of one thread per namespace — the
+runner's harness thread enters one too — as ``psutil`` sees only the watcher's).
 """
 
 from __future__ import annotations
@@ -63,11 +63,16 @@ def _namespace_peers(pids: set[int]) -> list[tuple[str, int, str]]:
     seen: dict[int, int] = {}
     for pid in pids:
         try:
-            inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+            tids = os.listdir(f"/proc/{pid}/task")  # a thread may have entered a namespace
         except OSError:
             continue
-        if inode != ours:
-            seen.setdefault(inode, pid)
+        for tid in tids:
+            try:
+                inode = os.stat(f"/proc/{pid}/task/{tid}/ns/net").st_ino
+            except OSError:
+                continue
+            if inode != ours:
+                seen.setdefault(inode, int(tid))
     out = []
     for inode, pid in seen.items():
         for table in ("tcp", "tcp6", "udp", "udp6"):

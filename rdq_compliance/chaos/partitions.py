@@ -12,19 +12,43 @@ embedded store (SQLite, memory: no network to partition), a server not reached a
 TCP address (a Redis Cluster, whose redirects name its nodes' real addresses), or a
 failure of the namespace commands themselves.
 
-The harness itself (enqueue, redrives, progress, final state) keeps talking to the server
-from the machine's own namespace, directly: it is never partitioned, so it needs no
-relay of its own.
+The harness's own storage (enqueue, redrives, progress, final state) reaches the server
+from a namespace of its own too, through its own relay in the router (never partitioned):
+:meth:`WorkerNetwork.harness_storage` opens it on a thread inside that namespace and runs
+every call there. The server's management (namespaces, faults) stays in the machine's
+namespace, on the server's own address.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from rdq_compliance.chaos.fleet import Launch
 from rdq_compliance.provision import netns
 from rdq_compliance.provision.backend import Server, UnsupportedFault
+from rdq_core.spi import Storage
+
+
+class _StorageInNamespace:
+    """A storage whose every call runs on a thread inside the harness namespace."""
+
+    def __init__(self, runner: netns.InNamespace, open_storage: Callable[[], Storage]) -> None:
+        self._runner = runner
+        self._storage = runner.call(open_storage)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._storage, name)
+        if not callable(attr):
+            return attr
+        return lambda *a, **kw: self._runner.call(attr, *a, **kw)
+
+    def close(self) -> None:
+        try:
+            self._runner.call(self._storage.close)
+        finally:
+            self._runner.close()
 
 
 @dataclass
@@ -37,6 +61,16 @@ class WorkerNetwork:
     def launch(self, slot: int) -> Launch:
         host, port = self.topology.address(slot)
         return Launch(tuple(self.topology.command_prefix(slot)), self.server.dsn_via(host, port))
+
+    def harness_storage(self, open_storage: Callable[[str], Storage]) -> Storage:
+        """``open_storage(dsn)`` through the harness's relay, run inside its namespace."""
+        dsn = self.server.dsn_via(*self.topology.harness_address())
+        runner = netns.InNamespace(self.topology.harness.namespace)
+        try:
+            return cast(Storage, _StorageInNamespace(runner, lambda: open_storage(dsn)))
+        except BaseException:
+            runner.close()
+            raise
 
     def partition(self, slots: Sequence[int]) -> None:
         self.topology.partition(slots)

@@ -31,6 +31,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,7 @@ def run_campaign(
     journal = LockedJournal(Journal(history_dir / f"{HARNESS}.jsonl", HARNESS))
     spec = session.create_namespace()
     namespace = spec.namespace
-    storage = session.open(spec)
+    storage = _harness_storage(session, spec, network)
     queue = scenario.workload.queue
     tasks = make_tasks(scenario)
     last_stats = [QueueStats(pending=len(tasks))]
@@ -215,8 +216,7 @@ def run_campaign(
             launcher=network.launch if network is not None else None,
         )
     except BaseException:
-        if network is not None:
-            network.close()
+        _close(storage, network)
         raise
     try:
         report_progress("enqueue", force=True)
@@ -247,21 +247,22 @@ def run_campaign(
                 f"the drain did not quiesce within {scenario.limits.drain_timeout:.0f}s: "
                 "tasks were still PENDING or IN_FLIGHT"
             )
-    finally:
+    except BaseException:
         try:
             fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
-            result.workers_left = fleet.pids()
         finally:
-            if network is not None:
-                network.close()
+            _close(storage, network)
+        raise
     try:
+        fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
+        result.workers_left = fleet.pids()
         report_progress("check", force=True)
         final = read_final_state(
             storage, queue, [t.id for t in tasks], drained=result.drained, page=DLQ_PAGE
         )
         stats = storage.stats(queue)
     finally:
-        storage.close()
+        _close(storage, network)
     journal.close()
     events = read_history(history_dir.glob("*.jsonl"))
     result.violations, result.checker_error = run_checker(events, final)
@@ -292,6 +293,28 @@ def _partition_network(
     if not scenario.faults.partitions:
         return None, NO_NETWORK
     return worker_network(server, scenario.workers.count, backend)
+
+
+def _close(storage: Storage, network: WorkerNetwork | None) -> None:
+    """Close the runner's storage, then the network it may go through."""
+    try:
+        storage.close()
+    finally:
+        if network is not None:
+            network.close()
+
+
+def _harness_storage(
+    session: Session, spec: StorageSpec, network: WorkerNetwork | None
+) -> Storage:
+    """The runner's own storage: through its namespace when the workers have theirs."""
+    if network is None:
+        return session.open(spec)
+    try:
+        return network.harness_storage(lambda dsn: session.open(replace(spec, dsn=dsn)))
+    except BaseException:
+        network.close()
+        raise
 
 
 def _drain(

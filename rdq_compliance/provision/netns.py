@@ -7,6 +7,10 @@
   pair (``rdq<pid>w<i>`` in the worker's namespace, ``rdq<pid>r<i>`` in the router) on
   ``10.199.<i>.0/30``: the worker side ``.2``, the router side ``.1``. No address and no
   link is ever put in the machine's own namespace;
+- a **harness** namespace ``rdq-<pid>-h`` joined the same way (the next /30 after the
+  workers'), for the owner's own connections to the server: :class:`InNamespace` runs
+  calls on a thread that entered it (threads that thread starts, e.g. a driver's pool or
+  monitor threads, are born in it too);
 - in the router, a TCP **forwarder** on every ``10.199.<i>.1:<port>`` that relays to the
   server's real address (its listening sockets are created by a thread that entered the
   router namespace with ``setns(2)``; a socket keeps the namespace it was made in, and the
@@ -44,9 +48,13 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: Every namespace the kit creates is named ``<PREFIX>-<owner pid>-<role>``.
 PREFIX = "rdq"
@@ -267,6 +275,26 @@ class _Reaper:
             self.process.stdout.close()
 
 
+class InNamespace:
+    """Runs calls on one thread that entered ``namespace`` (so every socket they open,
+    and every thread they start, is in it). :meth:`close` ends the thread."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._pool = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix=f"rdq-in-{namespace}",
+            initializer=_setns,
+            initargs=(f"/run/netns/{namespace}",),
+        )
+
+    def call(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+        return self._pool.submit(fn, *args, **kwargs).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
 @dataclass(frozen=True)
 class Slot:
     """One worker slot's namespace and link."""
@@ -281,8 +309,11 @@ class Topology:
     """Namespaces, links, forwarders and the partition firewall of one owner process."""
 
     def __init__(self, slots: int, upstream: tuple[str, int], owner: int | None = None) -> None:
-        if not 1 <= slots <= MAX_SLOTS:
-            raise ValueError(f"slots must be between 1 and {MAX_SLOTS}, got {slots}")
+        if not 1 <= slots < MAX_SLOTS:
+            raise NetnsError(
+                f"{slots} worker slots: at most {MAX_SLOTS - 1} fit 10.199.0.0/16 (one /30 each, "
+                "plus the harness's)"
+            )
         self.owner = os.getpid() if owner is None else owner
         self.upstream = upstream
         self.router = f"{PREFIX}-{self.owner}-r"
@@ -294,6 +325,13 @@ class Topology:
                 f"{NETWORK}.{i}.1",
             )
             for i in range(slots)
+        )
+        #: The owner's own namespace (never partitioned), after the workers' slots.
+        self.harness = Slot(
+            slots,
+            f"{PREFIX}-{self.owner}-h",
+            f"{PREFIX}{self.owner}r{slots}",
+            f"{NETWORK}.{slots}.1",
         )
         self.cut: set[int] = set()
         self._forwarders: list[_Forwarder] = []
@@ -317,7 +355,7 @@ class Topology:
     def _build(self) -> None:
         _run(["ip", "netns", "add", self.router])
         _run(["ip", "-n", self.router, "link", "set", "lo", "up"])
-        for s in self.slots:
+        for s in (*self.slots, self.harness):
             worker_link = f"{PREFIX}{self.owner}w{s.index}"
             _run(["ip", "netns", "add", s.namespace])
             _run(["ip", "-n", s.namespace, "link", "set", "lo", "up"])
@@ -344,7 +382,7 @@ class Topology:
                 "}\n"
             ),
         )
-        for s in self.slots:
+        for s in (*self.slots, self.harness):
             listener = listen_in(self.router, s.host, self.port)
             self._forwarders.append(_Forwarder(listener, self.upstream))
 
@@ -356,8 +394,14 @@ class Topology:
         """Where a process in ``slot``'s namespace reaches the server."""
         return (self.slots[slot].host, self.port)
 
+    def harness_address(self) -> tuple[str, int]:
+        """Where a thread in the harness namespace reaches the server."""
+        return (self.harness.host, self.port)
+
     def partition(self, slots: Sequence[int]) -> None:
         """Drop every packet between the router and ``slots``, both ways."""
+        if any(not 0 <= s < len(self.slots) for s in slots):
+            raise ValueError(f"worker slots are 0..{len(self.slots) - 1}, got {list(slots)}")
         self._nft("add", slots)
         self.cut |= set(slots)
 
@@ -380,7 +424,7 @@ class Topology:
         for f in self._forwarders:
             f.close()
         self._forwarders.clear()
-        for name in [self.router, *(s.namespace for s in self.slots)]:
+        for name in [self.router, *(s.namespace for s in (*self.slots, self.harness))]:
             if Path(f"/run/netns/{name}").exists():
                 _run(["ip", "netns", "delete", name], check=False)
         if self._reaper is not None:

@@ -197,7 +197,7 @@ def test_a_partition_hangs_a_connection_both_ways_and_the_heal_resumes_it():
     port = srv.getsockname()[1]
     with netns.Topology(2, ("127.0.0.1", port)) as topo:
         assert set(netns.namespaces(os.getpid())) == {
-            f"rdq-{os.getpid()}-r", f"rdq-{os.getpid()}-w0", f"rdq-{os.getpid()}-w1"
+            f"rdq-{os.getpid()}-{role}" for role in ("r", "w0", "w1", "h")
         }
         host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
         assert f"rdq{os.getpid()}" not in host_links, "a veth end in the machine's namespace"
@@ -234,7 +234,7 @@ def test_a_sigkilled_owner_leaves_no_namespace_and_no_veth():
     owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True)
     assert owner.stdout is not None
     assert owner.stdout.readline().strip() == "up"
-    assert len(netns.namespaces(owner.pid)) == 4
+    assert len(netns.namespaces(owner.pid)) == 5  # router, 3 workers, harness
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait()
     end = time.monotonic() + 10
@@ -365,3 +365,51 @@ def test_the_mongo_uri_through_a_relay_connects_directly():
     assert server.dsn_via("10.199.1.1", 27017) == (
         "mongodb://10.199.1.1:27017/?replicaSet=rs0&directConnection=true"
     )
+
+
+class _Relayed:
+    """A storage stand-in that connects to its DSN's address when opened."""
+
+    def __init__(self, dsn: str) -> None:
+        from urllib.parse import urlsplit
+
+        url = urlsplit(dsn)
+        self.dsn = dsn
+        self.netns = os.stat("/proc/thread-self/ns/net").st_ino
+        self.sock = socket.create_connection((url.hostname, url.port), timeout=3)
+
+    def echo(self, data: bytes) -> tuple[bytes, int]:
+        self.sock.sendall(data)
+        return self.sock.recv(10), os.stat("/proc/thread-self/ns/net").st_ino
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_the_harness_storage_runs_in_its_own_namespace_through_its_relay():
+    _needs_netns()
+    from rdq_compliance.chaos.partitions import WorkerNetwork
+
+    srv = _echo_server()
+    port = srv.getsockname()[1]
+
+    class Given:
+        dsn = f"x://127.0.0.1:{port}/db"
+
+        def dsn_via(self, host: str, p: int) -> str:
+            return f"x://{host}:{p}/db"
+
+    with netns.Topology(1, ("127.0.0.1", port)) as topo:
+        network = WorkerNetwork(topo, Given())  # type: ignore[arg-type]
+        storage = network.harness_storage(_Relayed)  # type: ignore[arg-type]
+        ours = os.stat("/proc/self/ns/net").st_ino
+        harness = os.stat(f"/run/netns/{topo.harness.namespace}").st_ino
+        assert storage.dsn == f"x://10.199.1.1:{port}/db"  # type: ignore[attr-defined]
+        assert storage.netns == harness != ours  # type: ignore[attr-defined]
+        assert storage.echo(b"ping") == (b"ping", harness)  # type: ignore[attr-defined]
+        topo.partition([0])  # a worker's partition does not cut the harness off
+        assert storage.echo(b"again") == (b"again", harness)  # type: ignore[attr-defined]
+        storage.close()
+        with pytest.raises(ValueError, match=r"worker slots are 0\.\.0"):
+            topo.partition([1])  # the harness's slot is not a worker slot
+    srv.close()
