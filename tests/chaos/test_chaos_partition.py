@@ -232,11 +232,13 @@ time.sleep(60)
 def test_a_sigkilled_owner_leaves_no_namespace_and_no_veth():
     _needs_netns()
     owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True)
-    assert owner.stdout is not None
-    assert owner.stdout.readline().strip() == "up"
-    assert len(netns.namespaces(owner.pid)) == 5  # router, 3 workers, harness
-    os.kill(owner.pid, signal.SIGKILL)
-    owner.wait()
+    try:
+        assert owner.stdout is not None
+        assert owner.stdout.readline().strip() == "up"
+        assert len(netns.namespaces(owner.pid)) == 5  # router, 3 workers, harness
+    finally:
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
     end = time.monotonic() + 10
     while netns.namespaces(owner.pid) and time.monotonic() < end:
         time.sleep(0.1)
