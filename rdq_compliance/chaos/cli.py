@@ -158,6 +158,7 @@ def _summarise(console: Console, result: CampaignResult) -> None:
         f"{c.server_restarts} server restarts; {c.server_pauses} server freezes; "
         f"{c.cuts} connection cuts; "
         f"{c.partitions} partitions ({c.partitioned_workers} workers cut off); "
+        f"{c.losses} packet losses; "
         f"{c.redrives} redrives ({c.redriven_tasks} tasks)"
     )
     for note in c.notes:

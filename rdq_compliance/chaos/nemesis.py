@@ -40,6 +40,8 @@ and server, journaling each fault in the harness journal *before* it acts
   or, if its worker runs no handler now, the next one that does. Planned only when the
   campaign built the namespaces (root, ``ip``, ``nft``, a server reached at one TCP
   address); else left out with a note saying why;
+- ``loss``, the milder variant: the same, but only ``percent`` % of those slots' packets
+  are dropped (TCP retransmits: calls slow down, some past the lease), then ``heal``;
 - ``redrive`` every ``redrive_interval`` seconds: the DLQ's tasks, listed by id, are
   redriven by id (so the journal names exactly the tasks redriven).
 
@@ -79,6 +81,7 @@ _ORDER = (
     "server_pause",
     "cut_connections",
     "partition",
+    "loss",
     "pause",
     "kill",
     "redrive",
@@ -99,7 +102,7 @@ class PlannedFault:
     slot: int | None = None
     point: str | None = None
     duration: float | None = None
-    #: How many consecutive worker slots a partition cuts off (from ``slot``).
+    #: How many consecutive worker slots a partition or a loss affects (from ``slot``).
     width: int | None = None
 
     def describe(self) -> str:
@@ -230,6 +233,22 @@ def plan_faults(
                         f.partition_workers,
                     )
                 )
+    if f.losses:
+        if no_network is not None:
+            skipped.append(f"loss x{f.losses}: skipped, {no_network}")
+        else:
+            for _ in range(f.losses):
+                length = round(lease * rng.uniform(*f.loss_factor), 6)
+                faults.append(
+                    PlannedFault(
+                        when(min(busy, window - length)),
+                        "loss",
+                        rng.randrange(slots),
+                        None,
+                        length,
+                        f.loss_workers,
+                    )
+                )
     if f.redrive_interval:
         k = 1
         while k * f.redrive_interval <= window:
@@ -256,6 +275,7 @@ class Counters:
     redriven_tasks: int = 0
     partitions: int = 0
     partitioned_workers: int = 0
+    losses: int = 0
     heals: int = 0
     arm_timeouts: int = 0
     unexpected_exits: int = 0
@@ -282,6 +302,7 @@ class Counters:
             "redriven_tasks": self.redriven_tasks,
             "partitions": self.partitions,
             "partitioned_workers": self.partitioned_workers,
+            "losses": self.losses,
             "heals": self.heals,
             "arm_timeouts": self.arm_timeouts,
             "unexpected_exits": self.unexpected_exits,
@@ -325,6 +346,8 @@ class Partitioner(Protocol):
     """What the nemesis needs of a network to partition worker slots from the server."""
 
     def partition(self, slots: Sequence[int]) -> None: ...
+
+    def lose(self, slots: Sequence[int]) -> None: ...
 
     def heal(self, slots: Sequence[int]) -> None: ...
 
@@ -472,7 +495,7 @@ class Nemesis:
         if fault.kind == "redrive":
             self.redrive()
             return True
-        if fault.kind == "partition":
+        if fault.kind in ("partition", "loss"):
             return self._partition(fault)
         raise ValueError(f"unknown fault kind {fault.kind!r}")
 
@@ -619,10 +642,12 @@ class Nemesis:
         return True
 
     def _partition(self, fault: PlannedFault) -> bool:
-        """Cut ``fault.width`` slots off the server, the first running a handler if one
-        does; heal them ``fault.duration`` seconds later (or at the drain)."""
+        """Cut ``fault.width`` slots off the server (``partition``) or make them lose
+        packets (``loss``), the first running a handler if one does; heal them
+        ``fault.duration`` seconds later (or at the drain)."""
+        kind = fault.kind
         if self.network is None:
-            self.counters.notes.append("partition: skipped, no network to partition")
+            self.counters.notes.append(f"{kind}: skipped, no network to partition")
             return True
         busy = self._busy_target(fault.slot)
         first = busy.slot if busy is not None else (fault.slot or 0)
@@ -632,18 +657,27 @@ class Nemesis:
             return False  # still cut off by an earlier partition: try again later
         assert fault.duration is not None
         names = [w.name for s in slots if (w := self.fleet.in_slot(s)) is not None]
+        extra: dict[str, object] = {}
+        if kind == "loss":
+            extra["percent"] = self.scenario.faults.loss_percent
         self.journal.write(
-            INFO, "fault", kind="partition", target=",".join(names), targets=names,
-            slots=slots, duration=fault.duration,
+            INFO, "fault", kind=kind, target=",".join(names), targets=names,
+            slots=slots, duration=fault.duration, **extra,
         )  # fmt: skip
         try:
-            self.network.partition(slots)
+            if kind == "loss":
+                self.network.lose(slots)
+            else:
+                self.network.partition(slots)
         except Exception as exc:
-            self.counters.notes.append(f"partition of slots {slots} failed: {error_text(exc)}")
+            self.counters.notes.append(f"{kind} of slots {slots} failed: {error_text(exc)}")
             return True
         self._cut_slots |= set(slots)
-        self.counters.partitions += 1
-        self.counters.partitioned_workers += len(slots)
+        if kind == "loss":
+            self.counters.losses += 1
+        else:
+            self.counters.partitions += 1
+            self.counters.partitioned_workers += len(slots)
 
         def heal() -> bool:
             assert self.network is not None

@@ -75,6 +75,9 @@ class WorkerNetwork:
     def partition(self, slots: Sequence[int]) -> None:
         self.topology.partition(slots)
 
+    def lose(self, slots: Sequence[int]) -> None:
+        self.topology.lose(slots)
+
     def heal(self, slots: Sequence[int]) -> None:
         self.topology.heal(slots)
 
@@ -82,7 +85,9 @@ class WorkerNetwork:
         self.topology.close()
 
 
-def worker_network(server: Server, slots: int, backend: str) -> tuple[WorkerNetwork | None, str]:
+def worker_network(
+    server: Server, slots: int, backend: str, *, loss_percent: int = 0
+) -> tuple[WorkerNetwork | None, str]:
     """``(network, "")``, or ``(None, why it cannot be built)``."""
     why = netns.unavailable()
     if why:
@@ -97,7 +102,7 @@ def worker_network(server: Server, slots: int, backend: str) -> tuple[WorkerNetw
         )
     netns.sweep_stale()
     try:
-        topology = netns.Topology(slots, address).open()
+        topology = netns.Topology(slots, address, loss_percent=loss_percent).open()
     except netns.NetnsError as exc:
         return None, f"the network namespaces could not be built: {exc}"
     return WorkerNetwork(topology, server), ""

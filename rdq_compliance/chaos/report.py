@@ -246,6 +246,16 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
                     f"{target} partitioned from the server for {e.get('duration', '?')}s",
                 )
                 marks.append(cut_off[key])
+            elif kind == "loss":
+                key = str(e.get("slots"))
+                cut_off[key] = Mark(
+                    t,
+                    "loss",
+                    target,
+                    f"{target} losing {e.get('percent', '?')}% of their packets for "
+                    f"{e.get('duration', '?')}s",
+                )
+                marks.append(cut_off[key])
             elif kind == "heal" and str(e.get("slots")) in cut_off:
                 mark = cut_off.pop(str(e.get("slots")))
                 mark.end = t
@@ -262,7 +272,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
             else:
                 bar.end = last_t.get(bar.proc, bar.start)
     for mark in marks:
-        if mark.kind in ("pause", "server", "freeze", "partition") and mark.end is None:
+        if mark.kind in ("pause", "server", "freeze", "partition", "loss") and mark.end is None:
             mark.end = t_max
     lanes = sorted(procs, key=_proc_key)
     return lanes, list(bars.values()), marks, t_min, t_max
@@ -376,14 +386,16 @@ def render_timeline(
                 f'height="{total_h - 18}" fill="#5dade2" opacity="0.22">'
                 f"<title>{html.escape(mark.label)}</title></rect>"
             )
-        elif mark.kind == "partition" and mark.end is not None:
+        elif mark.kind in ("partition", "loss") and mark.end is not None:
+            colour = "#e67e22" if mark.kind == "partition" else "#d35400"
+            opacity = "0.30" if mark.kind == "partition" else "0.15"
             for lane in mark.target.split(","):
                 if lane not in lane_y:
                     continue
                 ly, lh = lane_y[lane]
                 svg.append(
                     f'<rect x="{x(mark.t)}" y="{ly}" width="{max(2, x(mark.end) - x(mark.t))}" '
-                    f'height="{lh}" fill="#e67e22" opacity="0.30">'
+                    f'height="{lh}" fill="{colour}" opacity="{opacity}">'
                     f"<title>{html.escape(mark.label)}</title></rect>"
                 )
         elif mark.kind == "pause" and mark.target in lane_y and mark.end is not None:
@@ -448,6 +460,7 @@ def render_timeline(
         '<span><i style="background:#000;opacity:.2"></i>server down</span>'
         '<span><i style="background:#5dade2;opacity:.4"></i>server frozen</span>'
         '<span><i style="background:#e67e22;opacity:.5"></i>partitioned</span>'
+        '<span><i style="background:#d35400;opacity:.25"></i>losing packets</span>'
         '<span><i style="border:2px solid red;width:8px;height:6px"></i>task in a violation</span>'
     )
     verdict = summary.get("verdict", "?")

@@ -290,9 +290,12 @@ def _partition_network(
     scenario: Scenario, server: Server, backend: str
 ) -> tuple[WorkerNetwork | None, str]:
     """The workers' network when the scenario partitions them, else ``(None, why not)``."""
-    if not scenario.faults.partitions:
+    f = scenario.faults
+    if not f.partitions and not f.losses:
         return None, NO_NETWORK
-    return worker_network(server, scenario.workers.count, backend)
+    return worker_network(
+        server, scenario.workers.count, backend, loss_percent=f.loss_percent if f.losses else 0
+    )
 
 
 def _close(storage: Storage, network: WorkerNetwork | None) -> None:

@@ -38,6 +38,12 @@ Example (``chaos/standard.toml`` is the full one)::
     count = 2
     workers = 1                  # worker slots cut off together
     factor = [2.0, 3.0]
+
+    [faults.loss]                # the milder variant: a share of their packets dropped
+    count = 1
+    workers = 2
+    percent = 30
+    factor = [2.0, 3.0]          # lasts lease x factor
 """
 
 from __future__ import annotations
@@ -155,6 +161,12 @@ class Faults:
     partitions: int = 0
     partition_workers: int = 1
     partition_factor: tuple[float, float] = (2.0, 3.0)
+    #: Packet loss, the milder variant: ``loss_workers`` slots lose ``loss_percent`` % of
+    #: their packets (both ways) for ``lease * factor``. (A delay needs ``tc netem``.)
+    losses: int = 0
+    loss_workers: int = 1
+    loss_percent: int = 20
+    loss_factor: tuple[float, float] = (2.0, 3.0)
     #: Seconds between redrives of the DLQ (``None``: no redrive).
     redrive_interval: float | None = None
     #: No fault before this many seconds into the window (workers start up).
@@ -503,6 +515,14 @@ def _faults(t: _Table) -> Faults:
             f"got {nfactor}"
         )
     nt.done(("count", "workers", "factor"))
+    lt = t.table("loss")
+    losses = _int(lt, "count", 0, low=0, high=10_000)
+    loss_workers = _int(lt, "workers", d.loss_workers, low=1, high=256)
+    loss_percent = _int(lt, "percent", d.loss_percent, low=1, high=99)
+    lfactor = _number_range(lt, "factor", d.loss_factor, low=0.0)
+    if lfactor[0] <= 0:
+        raise ScenarioError(f"{lt.key('factor')}: factor(s) > 0, got {lfactor}")
+    lt.done(("count", "workers", "percent", "factor"))
     redrive = _duration(t, "redrive_interval", None)
     warmup = _number(t, "warmup", d.warmup, low=0)
     t.done(
@@ -513,6 +533,7 @@ def _faults(t: _Table) -> Faults:
             "server_pause",
             "cut_connections",
             "partition",
+            "loss",
             "redrive_interval",
             "warmup",
         )
@@ -530,6 +551,10 @@ def _faults(t: _Table) -> Faults:
         partitions=partitions,
         partition_workers=partition_workers,
         partition_factor=(float(nfactor[0]), float(nfactor[1])),
+        losses=losses,
+        loss_workers=loss_workers,
+        loss_percent=loss_percent,
+        loss_factor=(float(lfactor[0]), float(lfactor[1])),
         redrive_interval=redrive,
         warmup=warmup,
     )
@@ -573,6 +598,7 @@ def scenario_from_dict(
         or faults.server_pauses
         or faults.connection_cuts
         or faults.partitions
+        or faults.losses
     ):
         raise ScenarioError(
             f"faults.warmup ({faults.warmup}s) must be shorter than duration ({duration}s)"
@@ -580,6 +606,11 @@ def scenario_from_dict(
     if faults.partitions and faults.partition_workers > workers.count:
         raise ScenarioError(
             f"faults.partition.workers ({faults.partition_workers}) must be at most "
+            f"workers.count ({workers.count})"
+        )
+    if faults.losses and faults.loss_workers > workers.count:
+        raise ScenarioError(
+            f"faults.loss.workers ({faults.loss_workers}) must be at most "
             f"workers.count ({workers.count})"
         )
     if limits.deadline <= duration:

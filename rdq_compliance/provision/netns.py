@@ -20,7 +20,9 @@
   every packet of the router-side links in the set ``@cut``: :meth:`Topology.partition`
   adds a slot's link, :meth:`Topology.heal` removes it. Packets are dropped **both ways**,
   so a partitioned client sees its calls hang (no reset, no error); its TCP connections
-  survive the partition and resume on the heal.
+  survive the partition and resume on the heal. A milder fault, **loss**, drops a share
+  of those packets instead (nftables ``numgen random``, set ``@lossy``: TCP retransmits,
+  calls slow down): :meth:`Topology.lose` / :meth:`Topology.heal`.
 
 A process runs inside slot *i*'s namespace through :meth:`Topology.command_prefix`
 (``ip netns exec``, which execs: the pid stays the program's).
@@ -32,8 +34,8 @@ reaper reads end of file and deletes every namespace named ``rdq-<pid>-*``.
 :func:`sweep_stale` removes the namespaces of owners that are no longer alive.
 
 Needs root, ``ip`` (iproute2) and ``nft`` (nftables): :func:`unavailable` says what is
-missing. ``tc netem`` (delay, loss) is not used: :func:`netem_unavailable` reports
-whether this kernel has it.
+missing. ``tc netem`` is not used (loss is done by nftables; a delay needs netem, which
+this kit's host kernel lacks): :func:`netem_unavailable` reports whether a kernel has it.
 """
 
 from __future__ import annotations
@@ -308,12 +310,22 @@ class Slot:
 class Topology:
     """Namespaces, links, forwarders and the partition firewall of one owner process."""
 
-    def __init__(self, slots: int, upstream: tuple[str, int], owner: int | None = None) -> None:
+    def __init__(
+        self,
+        slots: int,
+        upstream: tuple[str, int],
+        owner: int | None = None,
+        *,
+        loss_percent: int = 0,
+    ) -> None:
         if not 1 <= slots < MAX_SLOTS:
             raise NetnsError(
                 f"{slots} worker slots: at most {MAX_SLOTS - 1} fit 10.199.0.0/16 (one /30 each, "
                 "plus the harness's)"
             )
+        if not 0 <= loss_percent <= 100:
+            raise NetnsError(f"loss_percent must be between 0 and 100, got {loss_percent}")
+        self.loss_percent = loss_percent
         self.owner = os.getpid() if owner is None else owner
         self.upstream = upstream
         self.router = f"{PREFIX}-{self.owner}-r"
@@ -334,6 +346,7 @@ class Topology:
             f"{NETWORK}.{slots}.1",
         )
         self.cut: set[int] = set()
+        self.lossy: set[int] = set()
         self._forwarders: list[_Forwarder] = []
         self._reaper: _Reaper | None = None
 
@@ -370,15 +383,17 @@ class Topology:
             )  # fmt: skip
             _run(["ip", "-n", self.router, "link", "set", s.link, "up"])
             _run(["ip", "-n", s.namespace, "link", "set", worker_link, "up"])
+        lose = f"numgen random mod 100 < {self.loss_percent} drop"
         _run(
             ["ip", "netns", "exec", self.router, "nft", "-f", "-"],
             stdin=(
                 "table inet rdq {\n"
                 "  set cut { type ifname; }\n"
+                "  set lossy { type ifname; }\n"
                 "  chain input { type filter hook input priority 0; policy accept;"
-                " iifname @cut drop; }\n"
+                f" iifname @cut drop; iifname @lossy {lose}; }}\n"
                 "  chain output { type filter hook output priority 0; policy accept;"
-                " oifname @cut drop; }\n"
+                f" oifname @cut drop; oifname @lossy {lose}; }}\n"
                 "}\n"
             ),
         )
@@ -400,23 +415,36 @@ class Topology:
 
     def partition(self, slots: Sequence[int]) -> None:
         """Drop every packet between the router and ``slots``, both ways."""
-        if any(not 0 <= s < len(self.slots) for s in slots):
-            raise ValueError(f"worker slots are 0..{len(self.slots) - 1}, got {list(slots)}")
-        self._nft("add", slots)
+        self._check(slots)
+        self._nft("add", "cut", slots)
         self.cut |= set(slots)
 
-    def heal(self, slots: Sequence[int]) -> None:
-        """Let ``slots`` talk again (their connections resume)."""
-        self._nft("delete", [s for s in slots if s in self.cut])
-        self.cut -= set(slots)
+    def lose(self, slots: Sequence[int]) -> None:
+        """Drop :attr:`loss_percent` % of the packets between the router and ``slots``."""
+        self._check(slots)
+        if not self.loss_percent:
+            raise NetnsError("this topology was built with loss_percent=0")
+        self._nft("add", "lossy", slots)
+        self.lossy |= set(slots)
 
-    def _nft(self, verb: str, slots: Sequence[int]) -> None:
+    def heal(self, slots: Sequence[int]) -> None:
+        """Let ``slots`` talk again, losing nothing (their connections resume)."""
+        self._nft("delete", "cut", [s for s in slots if s in self.cut])
+        self.cut -= set(slots)
+        self._nft("delete", "lossy", [s for s in slots if s in self.lossy])
+        self.lossy -= set(slots)
+
+    def _check(self, slots: Sequence[int]) -> None:
+        if any(not 0 <= s < len(self.slots) for s in slots):
+            raise ValueError(f"worker slots are 0..{len(self.slots) - 1}, got {list(slots)}")
+
+    def _nft(self, verb: str, table_set: str, slots: Sequence[int]) -> None:
         if not slots:
             return
         names = ", ".join(f'"{self.slots[s].link}"' for s in slots)
         _run(
-            ["ip", "netns", "exec", self.router, "nft", verb, "element", "inet", "rdq", "cut",
-             f"{{ {names} }}"]
+            ["ip", "netns", "exec", self.router, "nft", verb, "element", "inet", "rdq",
+             table_set, f"{{ {names} }}"]
         )  # fmt: skip
 
     def close(self) -> None:

@@ -84,6 +84,9 @@ class FakeNetwork:
     def partition(self, slots) -> None:
         self.calls.append(("partition", tuple(slots)))
 
+    def lose(self, slots) -> None:
+        self.calls.append(("lose", tuple(slots)))
+
     def heal(self, slots) -> None:
         if self.fail_heals:
             self.fail_heals -= 1
@@ -415,3 +418,79 @@ def test_the_harness_storage_runs_in_its_own_namespace_through_its_relay():
         with pytest.raises(ValueError, match=r"worker slots are 0\.\.0"):
             topo.partition([1])  # the harness's slot is not a worker slot
     srv.close()
+
+
+def test_loss_is_planned_applied_healed_and_marked(tmp_path):
+    s = scenario_from_dict(
+        _with({"loss": {"count": 1, "workers": 1, "percent": 40, "factor": [1.0, 1.0]}})
+    )
+    assert (s.faults.losses, s.faults.loss_workers, s.faults.loss_percent) == (1, 1, 40)
+    with pytest.raises(ScenarioError, match=r"faults\.loss\.percent: expected an integer between"):
+        scenario_from_dict(_with({"loss": {"count": 1, "percent": 100}}))
+    skipped = plan_faults(s, frozenset())
+    assert skipped.skipped == (
+        "loss x1: skipped, the campaign built no network namespaces for its workers",
+    )
+    (planned,) = plan_faults(s, frozenset(), no_network=None).faults
+    assert planned.kind == "loss" and planned.width == 1
+    now = [100.0]
+    network = FakeNetwork()
+    journal = LockedJournal(Journal(tmp_path / "harness.jsonl", "harness"))
+    nem = Nemesis(
+        FaultPlan((PlannedFault(0.5, "loss", 1, None, 1.0, 1),)),
+        s,
+        ThreeWorkers(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        "ns",
+        journal,
+        Counters(),
+        clock=lambda: now[0],
+        network=network,
+    )
+    nem.start()
+    for step in range(30):
+        now[0] = 100.0 + step * 0.1
+        nem.tick()
+    assert network.calls == [("lose", (1,)), ("heal", (1,))]
+    assert (nem.counters.losses, nem.counters.partitions, nem.counters.heals) == (1, 0, 1)
+    _, _, marks, _, _ = build_timeline(list(read_journal(tmp_path / "harness.jsonl")))
+    (mark,) = [m for m in marks if m.kind == "loss"]
+    assert mark.label == "w1 losing 40% of their packets for 1.0s, then healed"
+
+
+_LOSSY = """
+import socket, sys
+port = int(sys.argv[1])
+def attempt():
+    try:
+        s = socket.create_connection(("10.199.0.1", port), timeout=0.3)
+        s.sendall(b"x"); s.recv(1); s.close(); return 1
+    except OSError:
+        return 0
+print(sum(attempt() for _ in range(int(sys.argv[2]))), flush=True)
+"""
+
+
+def test_loss_drops_a_share_of_the_packets_and_the_heal_ends_it():
+    _needs_netns()
+    srv = _echo_server()
+    port = srv.getsockname()[1]
+
+    def successes(topo: netns.Topology, n: int) -> int:
+        out = subprocess.run(
+            [*topo.command_prefix(0), sys.executable, "-c", _LOSSY, str(port), str(n)],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return int(out.stdout)
+
+    with netns.Topology(1, ("127.0.0.1", port), loss_percent=90) as topo:
+        assert successes(topo, 5) == 5
+        topo.lose([0])
+        lossy = successes(topo, 10)  # a round trip survives 90% loss ~1% of the time
+        topo.heal([0])
+        assert successes(topo, 5) == 5
+    srv.close()
+    assert lossy <= 3, f"{lossy} of 10 round trips survived 90% loss"
+    with pytest.raises(netns.NetnsError, match="loss_percent must be between 0 and 100"):
+        netns.Topology(1, ("127.0.0.1", port), loss_percent=101)
