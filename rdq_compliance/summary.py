@@ -235,6 +235,7 @@ def _faults(counters: dict[str, object]) -> str:
         ("server_pauses", "server freezes"),
         ("connection_cuts", "connection cuts"),
         ("failovers", "failovers"),
+        ("partitions", "partitions"),
         ("redrives", "redrives"),
     )
     parts = [f"{counters[k]} {label}" for k, label in labels if counters.get(k)]

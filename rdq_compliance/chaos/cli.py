@@ -115,6 +115,9 @@ def _progress_table(p: Progress, scenario_name: str, backend: str) -> Table:
     table.add_row("server freezes", str(c.server_pauses))
     table.add_row("failovers", str(c.failovers))
     table.add_row("connection cuts", str(c.cuts))
+    table.add_row(
+        "partitions", f"{c.partitions} ({c.partitioned_workers} workers, {c.heals} healed)"
+    )
     table.add_row("redrives", f"{c.redrives} ({c.redriven_tasks} tasks)")
     table.add_row("violations", "-" if p.violations is None else str(p.violations))
     return table
@@ -156,6 +159,8 @@ def _summarise(console: Console, result: CampaignResult) -> None:
         f"{c.server_restarts} server restarts; {c.server_pauses} server freezes; "
         f"{c.failovers} failovers; "
         f"{c.cuts} connection cuts; "
+        f"{c.partitions} partitions ({c.partitioned_workers} workers cut off); "
+        f"{c.losses} packet losses; "
         f"{c.redrives} redrives ({c.redriven_tasks} tasks)"
     )
     for note in c.notes:

@@ -12,6 +12,11 @@ reaches the harness only, which stops the fleet in order.
 The fleet has fixed *slots* (0..N-1). A killed worker is replaced at once by a fresh
 process with a new name (``w8``, ``w9``, ...) in the same slot, so the fleet size stays
 constant and every process has its own journal ``<history>/<name>.jsonl``.
+
+A *launcher* (optional) places each slot's workers: for a slot it gives a command prefix
+(e.g. ``ip netns exec <namespace>``, which execs, so the pid stays the worker's) and the
+DSN the worker connects to (e.g. a relay inside that namespace) — see
+:mod:`rdq_compliance.chaos.partitions`.
 """
 
 from __future__ import annotations
@@ -56,6 +61,14 @@ class WorkerProc:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """Where a slot's workers run: a command prefix, and the DSN they connect to."""
+
+    prefix: tuple[str, ...]
+    dsn: str
+
+
+@dataclass(frozen=True)
 class Exit:
     """A worker that ended without the fleet killing it (a self-kill, or a crash)."""
 
@@ -76,6 +89,7 @@ class Fleet:
         control_dir: Path,
         log_dir: Path,
         on_spawn: Callable[[WorkerProc], None] | None = None,
+        launcher: Callable[[int], Launch] | None = None,
     ) -> None:
         self.template = template
         self.size = size
@@ -83,6 +97,7 @@ class Fleet:
         self.control_dir = Path(control_dir)
         self.log_dir = Path(log_dir)
         self.on_spawn = on_spawn
+        self.launcher = launcher
         self.slots: list[WorkerProc | None] = [None] * size
         self.retired: list[WorkerProc] = []
         self._next = 0
@@ -110,8 +125,13 @@ class Fleet:
             control=os.fspath(control),
             seed=(self.template.seed * 1_000_003 + self._next) % 2**63,
         )
+        prefix: tuple[str, ...] = ()
+        if self.launcher is not None:
+            launch = self.launcher(slot)
+            prefix = launch.prefix
+            config = replace(config, spec=replace(config.spec, dsn=launch.dsn))
         process = ManagedProcess(
-            [sys.executable, "-m", "rdq_compliance.chaos.worker_main", config.to_json()],
+            [*prefix, sys.executable, "-m", "rdq_compliance.chaos.worker_main", config.to_json()],
             log_path=self.log_dir / f"{name}.log",
             env=dict(os.environ),
             stop_signal=signal.SIGTERM,
