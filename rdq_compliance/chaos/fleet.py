@@ -12,6 +12,12 @@ reaches the harness only, which stops the fleet in order.
 The fleet has fixed *slots* (0..N-1). A killed worker is replaced at once by a fresh
 process with a new name (``w8``, ``w9``, ...) in the same slot, so the fleet size stays
 constant and every process has its own journal ``<history>/<name>.jsonl``.
+
+**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.clock.Skew` runs every
+worker it ever holds under libfaketime with that skew (see
+:mod:`rdq_compliance.chaos.clock`): a respawned worker keeps its slot's clock. ``on_skew``
+hears of each such worker (name, skew) just before it starts, so the harness journals
+the skew before the worker's first event.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rdq_compliance.chaos.clock import Skew, skew_env, time_base
 from rdq_compliance.chaos.worker_main import WorkerConfig
 from rdq_compliance.provision.process import ManagedProcess
 
@@ -45,6 +52,7 @@ class WorkerProc:
     armed: str | None = None
     armed_at: float = 0.0
     expected_exit: bool = False
+    skew: Skew | None = None
 
     @property
     def pid(self) -> int:
@@ -76,6 +84,9 @@ class Fleet:
         control_dir: Path,
         log_dir: Path,
         on_spawn: Callable[[WorkerProc], None] | None = None,
+        skews: Mapping[int, Skew] | None = None,
+        faketime: Path | None = None,
+        on_skew: Callable[[str, Skew], None] | None = None,
     ) -> None:
         self.template = template
         self.size = size
@@ -83,6 +94,11 @@ class Fleet:
         self.control_dir = Path(control_dir)
         self.log_dir = Path(log_dir)
         self.on_spawn = on_spawn
+        self.skews: dict[int, Skew] = dict(skews or {})
+        if self.skews and faketime is None:
+            raise ValueError("skewed slots need the libfaketime library (faketime=...)")
+        self.faketime = faketime
+        self.on_skew = on_skew
         self.slots: list[WorkerProc | None] = [None] * size
         self.retired: list[WorkerProc] = []
         self._next = 0
@@ -110,15 +126,23 @@ class Fleet:
             control=os.fspath(control),
             seed=(self.template.seed * 1_000_003 + self._next) % 2**63,
         )
+        env = dict(os.environ)
+        skew = self.skews.get(slot)
+        if skew is not None:
+            assert self.faketime is not None
+            env.update(skew_env(skew, self.faketime))
+            config = replace(config, time_base=time_base())
+            if self.on_skew is not None:
+                self.on_skew(name, skew)
         process = ManagedProcess(
             [sys.executable, "-m", "rdq_compliance.chaos.worker_main", config.to_json()],
             log_path=self.log_dir / f"{name}.log",
-            env=dict(os.environ),
+            env=env,
             stop_signal=signal.SIGTERM,
             grace=ORPHAN_GRACE,
         )
         process.start()
-        proc = WorkerProc(name, slot, process)
+        proc = WorkerProc(name, slot, process, skew=skew)
         with self._lock:
             self.slots[slot] = proc
         if self.on_spawn is not None:

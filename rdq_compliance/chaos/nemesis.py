@@ -212,6 +212,10 @@ class Counters:
     connections_cut: int = 0
     redrives: int = 0
     redriven_tasks: int = 0
+    #: Workers started under a skewed clock (a respawn in a skewed slot counts again).
+    clock_skews: int = 0
+    #: The skew of each skewed slot (``"+4.213s, rate x1.0420"``), by slot.
+    skewed_slots: dict[int, str] = field(default_factory=dict)
     arm_timeouts: int = 0
     unexpected_exits: int = 0
     spawned: int = 0
@@ -235,6 +239,8 @@ class Counters:
             "connections_cut": self.connections_cut,
             "redrives": self.redrives,
             "redriven_tasks": self.redriven_tasks,
+            "clock_skews": self.clock_skews,
+            "skewed_slots": {str(k): v for k, v in sorted(self.skewed_slots.items())},
             "arm_timeouts": self.arm_timeouts,
             "unexpected_exits": self.unexpected_exits,
             "workers_spawned": self.spawned,
