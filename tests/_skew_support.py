@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from rdq_compliance import registry
 from rdq_compliance.chaos.clock import INSTALL_HINT, find_libfaketime
 from rdq_compliance.chaos.results import CampaignResult
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
+from rdq_compliance.provision.backend import ProvisionUnavailable
 from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
 
 #: The rule a backend that takes time from its client breaks.
 RULE = "storage-clock"
@@ -71,3 +74,30 @@ def assert_caught(result: CampaignResult, skews: int = 3) -> None:
         assert v.task and f"task {v.task!r}" in v.message, v.message
         assert len(v.workers) == 2 and all(w in v.message for w in v.workers), v.message
     assert not result.workers_left
+
+
+def variant_session(
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+    workdir: Path,
+    *,
+    dsn: str | None = None,
+    module_dir: Path | None = None,
+) -> Session:
+    """A started session on ``backend`` (a name or ``module:attr``; ``dsn``: that server,
+    else the kit provisions one from local binaries, never Docker). ``module_dir`` goes
+    on the worker processes' ``PYTHONPATH`` too, so they import a test-only variant."""
+    if module_dir is not None:
+        path = os.environ.get("PYTHONPATH")
+        monkeypatch.setenv(
+            "PYTHONPATH", os.fspath(module_dir) + (os.pathsep + path if path else "")
+        )
+    try:
+        session = Session(Settings(backend=backend, dsn=dsn, docker=False), workdir=workdir)
+    except registry.UnknownBackend as exc:
+        pytest.skip(f"backend {backend!r} not installed: {exc}")
+    try:
+        session.start()
+    except ProvisionUnavailable as exc:
+        pytest.skip(f"no {backend} server here: {exc}")
+    return session
