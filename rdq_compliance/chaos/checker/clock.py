@@ -115,6 +115,16 @@ def _storage_clock(ctx: Context) -> list[Finding]:
         if pair in seen:
             continue
         seen.add(pair)
+        if a.proc == b.proc:
+            whose = (
+                f"does the backend take some of its times from its client, {a.proc}, whose "
+                "clock is not the storage's?"
+            )
+        else:
+            whose = (
+                f"does the backend take the time from its client, whose clock differs "
+                f"between {a.proc} and {b.proc}?"
+            )
         out.append(
             finding(
                 STORAGE_CLOCK,
@@ -122,11 +132,10 @@ def _storage_clock(ctx: Context) -> list[Finding]:
                 [],
                 f"the {b.op} of {b.task!r} by {b.proc} was stamped {storage_time(b.stime)} "
                 f"by the storage, {ms(a.stime - b.stime)} before the {a.op} of {a.task!r} by "
-                f"{a.proc} ({storage_time(a.stime)}), though {a.proc}'s call was answered "
-                f"{(b.invoked - a.answered) * 1000:.1f} ms before {b.proc}'s began (real "
+                f"{a.proc} ({storage_time(a.stime)}), though that call was answered "
+                f"{(b.invoked - a.answered) * 1000:.1f} ms before this one began (real "
                 f"time): the storage's clock ran backwards between them, so these times "
-                f"were not stamped by one clock (does the backend take the time from its "
-                f"client, whose clock differs between {a.proc} and {b.proc}?)",
+                f"were not stamped by one clock ({whose})",
                 workers=(b.proc, a.proc),
                 anchor=b.event,
                 whole_timeline=True,
