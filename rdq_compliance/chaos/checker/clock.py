@@ -19,6 +19,7 @@ so a skewed run names each offending worker pair once instead of every call.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rdq_compliance.chaos.checker.engine import History, Rule, run
@@ -42,7 +43,7 @@ REAL_MARGIN_S = 0.002
 
 
 @dataclass(frozen=True)
-class _Call:
+class StampedCall:
     """A storage call that reported a storage time."""
 
     invoked: float  # journal t of its invoke
@@ -54,10 +55,10 @@ class _Call:
     event: int  # position of its ok event
 
 
-def _calls(ctx: Context) -> list[_Call]:
+def _calls(ctx: Context) -> list[StampedCall]:
     """Every claim (one per claimed task) and acknowledged heartbeat with its storage
     time and real-time span."""
-    out: list[_Call] = []
+    out: list[StampedCall] = []
     claim_invoked: dict[str, float] = {}  # proc -> t of its open claim invoke
     hb_invoked: dict[tuple[str, str], float] = {}  # (proc, token) -> t of heartbeat invoke
     lease_of: dict[str, int] = {}  # token -> lease (µs)
@@ -76,7 +77,9 @@ def _calls(ctx: Context) -> list[_Call]:
                         continue
                     lease_of[str(c.get("token"))] = until - at
                     if start is not None:
-                        out.append(_Call(start, t, at, proc, str(c.get("task")), "claim", pos))
+                        out.append(
+                            StampedCall(start, t, at, proc, str(c.get("task")), "claim", pos)
+                        )
             else:
                 claim_invoked.pop(proc, None)
         elif op == HEARTBEAT:
@@ -89,18 +92,20 @@ def _calls(ctx: Context) -> list[_Call]:
             lease = lease_of.get(key[1])
             if typ == OK and start is not None and isinstance(expiry, int) and lease is not None:
                 out.append(
-                    _Call(start, t, expiry - lease, proc, str(e.get("task")), "heartbeat", pos)
+                    StampedCall(
+                        start, t, expiry - lease, proc, str(e.get("task")), "heartbeat", pos
+                    )
                 )
     return out
 
 
-def _storage_clock(ctx: Context) -> list[Finding]:
+def reversals(ctx: Context) -> Iterator[tuple[StampedCall, StampedCall]]:
+    """Every call ``b`` (in the order calls began) stamped more than :data:`TOLERANCE_US`
+    before the latest-stamped call ``a`` answered before ``b`` began, with that ``a``."""
     calls = _calls(ctx)
     by_answer = sorted(calls, key=lambda c: c.answered)
     by_invoke = sorted(calls, key=lambda c: c.invoked)
-    out: list[Finding] = []
-    seen: set[tuple[str, str]] = set()
-    latest: _Call | None = None  # of the calls answered so far, the latest storage time
+    latest: StampedCall | None = None  # of the calls answered so far, the latest stamped
     i = 0
     for b in by_invoke:
         while i < len(by_answer) and by_answer[i].answered < b.invoked - REAL_MARGIN_S:
@@ -108,9 +113,14 @@ def _storage_clock(ctx: Context) -> list[Finding]:
             if latest is None or a.stime > latest.stime:
                 latest = a
             i += 1
-        if latest is None or latest.stime - b.stime <= TOLERANCE_US:
-            continue
-        a = latest
+        if latest is not None and latest.stime - b.stime > TOLERANCE_US:
+            yield latest, b
+
+
+def _storage_clock(ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    seen: set[tuple[str, str]] = set()
+    for a, b in reversals(ctx):
         pair = (a.proc, b.proc)
         if pair in seen:
             continue
