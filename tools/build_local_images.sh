@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build the local container images rdq's container rungs use where no image registry is
-# reachable: rdq-local/postgres, rdq-local/redis and rdq-local/secantusdb.
+# reachable: rdq-local/postgres, rdq-local/redis, rdq-local/secantusdb and
+# rdq-local/mariadb (for examples/rdq-mysql).
 #
-#   tools/build_local_images.sh [postgres] [redis] [secantusdb]   (default: all three)
+#   tools/build_local_images.sh [postgres] [redis] [secantusdb] [mariadb]   (default: all)
 #
 # Every image starts from one debootstrap'ed Debian bookworm (minbase), built once and
 # kept as a tarball in $RDQ_IMAGE_CACHE (default /var/cache/rdq-local-images); the server
-# is installed inside a copy of it with apt-get (postgresql-15, redis-server) or, for
+# is installed inside a copy of it with apt-get (postgresql-15, redis-server,
+# mariadb-server) or, for
 # SecantusDB, pip (Python + SecantusDB from PyPI: a MongoDB-wire-protocol server, NOT
 # MongoDB), and the tree is `docker import`ed with an entrypoint from
 # tools/local_images/. Each image carries the label rdq.recipe=<sha256 of its recipe>;
@@ -39,7 +41,9 @@ recipe() {
         echo "redis-server|-|exec-entrypoint.sh|LABEL rdq.server=redis;EXPOSE 6379" ;;
     secantusdb)
         echo "python3 python3-venv|SecantusDB==$SECANTUS_VERSION|exec-entrypoint.sh|ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin;LABEL rdq.server=secantusdb;LABEL rdq.note=\"SecantusDB $SECANTUS_VERSION: a MongoDB-wire-protocol server, not MongoDB\";EXPOSE 27017" ;;
-    *) die "unknown image '$1' (known: postgres redis secantusdb)" ;;
+    mariadb)
+        echo "mariadb-server|-|mariadb-entrypoint.sh|LABEL rdq.server=mariadb;EXPOSE 3306" ;;
+    *) die "unknown image '$1' (known: postgres redis secantusdb mariadb)" ;;
     esac
 }
 
@@ -139,6 +143,6 @@ build() {
 }
 
 names=("$@")
-[ "${#names[@]}" -gt 0 ] || names=(postgres redis secantusdb)
+[ "${#names[@]}" -gt 0 ] || names=(postgres redis secantusdb mariadb)
 for n in "${names[@]}"; do recipe "$n" >/dev/null; done  # a bad name fails before any work
 for n in "${names[@]}"; do build "$n"; done

@@ -1,10 +1,14 @@
 """The nemesis's server freeze: while the server is paused nothing the harness does talks
 to it (a call would hang until the resume, and the resume would never come), the worker
-faults go on, and the server is always resumed — at its time, or at the drain."""
+faults go on, and the server is always resumed — at its time, or at the drain. On real
+servers (PostgreSQL and Redis from their local binaries), the freeze is the one fault
+that exposes a storage which takes an unanswered report as applied
+(``_broken_freeze_backends``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -151,3 +155,67 @@ def test_the_drain_resumes_a_frozen_server_and_a_failed_resume_is_retried(tmp_pa
     nem.tick()
     assert not server.frozen and nem.finished
     assert nem.counters.server_resumes == 1
+
+
+# ---- the fault on real servers: the bug only a freeze exposes ------------------------------
+
+FREEZE = Path(__file__).resolve().parent / "freeze.toml"
+
+
+@pytest.fixture
+def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    here = str(Path(__file__).resolve().parent)
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", here + (os.pathsep + path if path else ""))
+    victims = tmp_path / "victims.txt"
+    monkeypatch.setenv("RDQ_FREEZE_VICTIMS", str(victims))
+    return victims
+
+
+@pytest.mark.parametrize("server", ["postgres", "redis"])
+def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
+    server: str, tmp_path: Path, workers_import_this_folder: Path
+) -> None:
+    """The variant passes the same campaign without the freeze, and fails it with one,
+    naming the rule (``fencing``: the acknowledged outcome names a claim the history ended
+    LEASE_EXPIRED and reclaimed; or ``outcome-recorded``), a task whose report it took as
+    applied, and the workers."""
+    from _chaos_support import start_session
+
+    from rdq_compliance.chaos.runner import run_campaign
+
+    victims = workers_import_this_folder
+    name = f"_broken_freeze_backends:{server}_acks_timed_out_reports"
+    session = start_session(name, tmp_path / "server")
+    try:
+        if "pause_server" not in session.server.faults:
+            pytest.fail(f"the {server} server the kit started cannot be paused")
+        frozen = load_scenario(FREEZE)
+        calm = replace(frozen, faults=replace(frozen.faults, server_pauses=0))
+        quiet = run_campaign(calm, session=session, outdir=tmp_path / "calm")
+        assert quiet.checked and quiet.violations == [], [str(v) for v in quiet.violations]
+        assert not victims.exists(), "a report timed out without a freeze"
+        result = run_campaign(frozen, session=session, outdir=tmp_path / "frozen")
+    finally:
+        session.close()
+    where = f"report folder: {tmp_path / 'frozen'}"
+    assert result.counters.server_pauses == 2, result.counters.notes
+    assert result.checked, f"{result.checker_error}; {where}"
+    taken = set(victims.read_text().split()) if victims.exists() else set()
+    assert taken, f"no report hung past {1.0}s during the freezes; {where}"
+    # The acknowledged report is in no history: the claim it names ended LEASE_EXPIRED
+    # and was reclaimed ("fencing": accepted after the reclaim), or the task's history
+    # lacks it altogether ("outcome-recorded").
+    found = [v for v in result.violations if v.rule in ("fencing", "outcome-recorded")]
+    others = {v.rule for v in result.violations} - {"fencing", "outcome-recorded"}
+    assert found, f"not caught: {[v.rule for v in result.violations]}; {where}"
+    assert not others, f"unexpected rules {others}; {where}"
+    v = found[0]
+    assert v.task in taken and v.task in v.message, f"{v.message[:400]}; victims {sorted(taken)}"
+    assert v.workers and all(w in v.message for w in v.workers), v.message[:400]
+    assert f"[{v.rule}]" in v.message and "acknowledged" in v.message, v.message[:400]
+    print(
+        f"\n{server}: {len(found)} violation(s) ({sorted({x.rule for x in found})}) of "
+        f"{len(taken)} reports taken as applied; campaign {result.duration:.1f}s\n"
+        + v.message.split("\n")[0]
+    )

@@ -17,7 +17,9 @@ DEADLOCK = 1213
 LOCK_WAIT_TIMEOUT = 1205
 RETRYABLE = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT})
 DUPLICATE_KEY = 1062
-ACCESS_DENIED = 1045
+#: Access denied: wrong password (1045), no password given (MariaDB: 1698), no right to
+#: the database (1044).
+ACCESS_DENIED = frozenset({1044, 1045, 1698})
 UNKNOWN_DATABASE = 1049
 NO_SUCH_TABLE = 1146
 CANNOT_CONNECT = 2003
@@ -60,7 +62,7 @@ def connect_error(exc: BaseException, where: str, database: str | None) -> RdqEr
     """A clear error for a connection that could not be opened."""
     code = code_of(exc)
     detail = _detail(exc)
-    if code == ACCESS_DENIED:
+    if code in ACCESS_DENIED:
         return BackendUnavailable(
             f"{where} refused the credentials ({detail}); check the user and password in "
             "the DSN (mysql://USER:PASSWORD@HOST:PORT/DATABASE)"
@@ -106,6 +108,8 @@ def map_error(exc: BaseException, action: str, where: str) -> RdqError:
             f"{action}: {where} violated a schema constraint ({detail}); this is a bug in "
             "rdq_mysql or the tables were modified by something else; nothing was written"
         )
-    if isinstance(exc, pymysql.err.OperationalError) and code in (CANNOT_CONNECT, ACCESS_DENIED):
+    if isinstance(exc, pymysql.err.OperationalError) and (
+        code == CANNOT_CONNECT or code in ACCESS_DENIED
+    ):
         return connect_error(exc, where, None)
     return BackendUnavailable(f"{action}: {where} failed ({detail}); {_MAYBE}")

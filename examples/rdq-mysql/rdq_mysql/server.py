@@ -60,15 +60,18 @@ class MySqlServer(Server):
         self._conn: pymysql.Connection | None = None
         self._pid = os.getpid()
         self._created: set[str] = set()
-        self.version = str(self._admin_call("version", _version))
-        self.flavour, numbers = flavour_of(self.version)
+        #: what ``SELECT VERSION()`` says, e.g. ``10.11.19-MariaDB-0+deb12u1``
+        self.server_version = str(self._admin_call("version", _version))
+        self.flavour, numbers = flavour_of(self.server_version)
+        #: the software and version, for humans (``Server.version``)
+        self.version = f"{self.flavour} {self.server_version}"
         minimum = MIN_MARIADB if self.flavour == "MariaDB" else MIN_MYSQL
         if numbers < minimum:
             raise BackendUnavailable(
-                f"the server at {mask_dsn(dsn)} is {self.flavour} {self.version}; rdq_mysql "
+                f"the server at {mask_dsn(dsn)} is {self.version}; rdq_mysql "
                 "needs FOR UPDATE SKIP LOCKED: MariaDB 10.6+ or MySQL 8.0+"
             )
-        self.origin = (origin or f"given DSN {mask_dsn(dsn)}") + f" ({self.flavour} {self.version})"
+        self.origin = origin or f"given DSN {mask_dsn(dsn)}"  # the kit shows the version beside
 
     def _admin(self) -> pymysql.Connection:
         """The server's own connection (re-opened if lost or inherited through fork)."""

@@ -30,7 +30,8 @@ counting itself), so a claim of fresh tasks reads no history. Reads of tasks wit
 histories (``get``, ``dlq_list``) are ONE statement each (a join), i.e. one snapshot.
 
 **Clock.** Every time is the server's: ``UNIX_TIMESTAMP(NOW(6))`` in a UTC session, as
-integer microseconds, read inside the transaction after its locks are held (so a time is
+integer microseconds (``NOW(6)`` is the start of the statement, so one statement sees
+one instant), read inside the transaction after its locks are held (so a time is
 never earlier than one a transaction that committed before it on the same rows used).
 Python's clock is never used. The server's clock is trusted to be monotonic.
 
@@ -62,6 +63,7 @@ the statement text (at most twice their size), which must fit the server's
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -256,7 +258,8 @@ class MySqlStorage(Storage):
                     continue
                 raise map_error(exc, action, self._where) from None
             finally:
-                tx.cur.close()
+                with contextlib.suppress(Exception):  # a dead connection's cursor
+                    tx.cur.close()
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ---- producer ----
