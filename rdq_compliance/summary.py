@@ -234,6 +234,7 @@ def _faults(counters: dict[str, object]) -> str:
         ("server_restarts", "server restarts"),
         ("server_pauses", "server freezes"),
         ("connection_cuts", "connection cuts"),
+        ("clock_skews", "clock-skewed workers"),
         ("redrives", "redrives"),
     )
     parts = [f"{counters[k]} {label}" for k, label in labels if counters.get(k)]

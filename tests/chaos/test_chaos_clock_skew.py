@@ -28,6 +28,7 @@ import pytest
 from _skew_support import assert_clean, need_libfaketime, skew_campaign
 
 import rdq_compliance.chaos.runner as runner
+from rdq_compliance import summary
 from rdq_compliance.chaos.checker import FinalState, check_storage_clock
 from rdq_compliance.chaos.clock import Skew, find_libfaketime, plan_skews, skew_env
 from rdq_compliance.chaos.nemesis import Counters
@@ -163,6 +164,10 @@ def test_the_timeline_marks_each_skewed_worker() -> None:
     c = Counters(clock_skews=4, skewed_slots={2: "+1.000s, rate x1.0000"})
     assert c.as_dict()["clock_skews"] == 4
     assert c.as_dict()["skewed_slots"] == {"2": "+1.000s, rate x1.0000"}
+    # the end-of-run summary's fault line counts them too
+    assert summary._faults({"total_kills": 1, "clock_skews": 4}) == (
+        "1 worker kills, 4 clock-skewed workers"
+    )
 
 
 # ---- the storage-clock rule ------------------------------------------------------------------
