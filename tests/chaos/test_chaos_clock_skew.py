@@ -5,6 +5,7 @@
 - a skewed process reads a skewed time of day, keeps true timers (sleeps work despite
   libfaketime #426) and journals **true** time, within milliseconds of the harness;
 - without libfaketime the fault is skipped with a note that says so;
+- no skewed worker outlives a SIGKILLed runner;
 - the timeline marks each skewed worker; the counters count them;
 - the ``storage-clock`` rule fails a history whose storage times run backwards in
   real-time order, naming the task and both workers, and passes a monotone one;
@@ -19,12 +20,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+from _chaos_support import wait_gone
 from _skew_support import assert_clean, need_libfaketime, skew_campaign
 
 import rdq_compliance.chaos.runner as runner
@@ -263,3 +267,45 @@ def test_sqlite_passes_the_skew_campaign(tmp_path: Path) -> None:
     for path in (tmp_path / "out" / "history").glob("w*.jsonl"):
         for line in path.read_text().splitlines():
             assert t_first - 0.01 <= json.loads(line)["t"] <= t_last, path.name
+
+
+def _skewed(p: psutil.Process) -> bool:
+    try:
+        return "libfaketime" in p.environ().get("LD_PRELOAD", "")
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.chaos
+def test_no_skewed_worker_outlives_a_sigkilled_runner(tmp_path: Path) -> None:
+    """``rdq-chaos run chaos/clock.toml`` SIGKILLed mid-run (one skewed worker SIGSTOPped):
+    within seconds no process it started — skewed workers included — is left."""
+    need_libfaketime()
+    cli = Path(sys.executable).with_name("rdq-chaos")
+    runner = subprocess.Popen(
+        [str(cli), "run", "clock", "--backend", "sqlite", "--quiet", "--out", str(tmp_path)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        me = psutil.Process(runner.pid)
+        end = time.monotonic() + 60
+        skewed: list[psutil.Process] = []
+        while len(skewed) < 3:
+            if runner.poll() is not None:
+                err = runner.stderr.read().decode() if runner.stderr else ""
+                pytest.fail(f"the runner exited early ({runner.returncode}): {err[-2000:]}")
+            assert time.monotonic() < end, "the skewed workers never started"
+            time.sleep(0.1)
+            skewed = [p for p in me.children(recursive=True) if _skewed(p)]
+        os.kill(skewed[0].pid, signal.SIGSTOP)
+        started = [p.pid for p in me.children(recursive=True)]
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(10)
+        left = wait_gone(started, timeout=20.0)
+        assert left == [], f"processes left after the runner died: {left}"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
