@@ -234,6 +234,7 @@ def _faults(counters: dict[str, object]) -> str:
         ("server_restarts", "server restarts"),
         ("server_pauses", "server freezes"),
         ("connection_cuts", "connection cuts"),
+        ("partitions", "partitions"),
         ("clock_skews", "clock-skewed workers"),
         ("redrives", "redrives"),
     )

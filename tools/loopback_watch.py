@@ -9,12 +9,19 @@ command's process tree, and the processes of every container labelled ``rdq.kit`
 PID 1 on the host and its descendants; with the host network they share the host's
 sockets). It prints how many snapshots and sockets it saw, every non-loopback peer
 found, and exits 1 if there was one (else the command's exit code).
+
+``--allow-kit-veths`` also accepts peers in the kit's own veth range (``10.199.0.0/16``,
+:mod:`rdq_compliance.provision.netns`) and then also watches inside the network
+namespaces of watched processes (a partition campaign's workers run in their own: their
+sockets are read from ``/proc/<tid>/net/tcp*`` of one thread per namespace — the
+runner's harness thread enters one too — as ``psutil`` sees only the watcher's).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,6 +36,58 @@ def _loopback(address: str) -> bool:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)
     return bool((mapped or ip).is_loopback)
+
+
+KIT_VETHS = ipaddress.ip_network("10.199.0.0/16")
+
+
+def _in_kit_veths(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address) in KIT_VETHS
+    except ValueError:
+        return False
+
+
+def _hex_ip(text: str) -> str:
+    raw = bytes.fromhex(text)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return str(ipaddress.IPv6Address(words))
+
+
+def _namespace_peers(pids: set[int]) -> list[tuple[str, int, str]]:
+    """Connected peers ``(ip, port, "netns <inode>")`` in the namespaces of ``pids`` other
+    than ours (one ``/proc/<pid>/net/tcp*`` read per namespace)."""
+    ours = os.stat("/proc/self/ns/net").st_ino
+    seen: dict[int, int] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")  # a thread may have entered a namespace
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                inode = os.stat(f"/proc/{pid}/task/{tid}/ns/net").st_ino
+            except OSError:
+                continue
+            if inode != ours:
+                seen.setdefault(inode, int(tid))
+    out = []
+    for inode, pid in seen.items():
+        for table in ("tcp", "tcp6", "udp", "udp6"):
+            try:
+                with open(f"/proc/{pid}/net/{table}") as fh:
+                    rows = fh.read().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                remote = row.split()[2]
+                ip_hex, port_hex = remote.split(":")
+                port = int(port_hex, 16)
+                if port:
+                    out.append((_hex_ip(ip_hex), port, f"netns {inode}"))
+    return out
 
 
 def _tree(pid: int) -> set[int]:
@@ -59,8 +118,13 @@ def _container_pids() -> set[int]:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        print("usage: loopback_watch.py -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: loopback_watch.py [--allow-kit-veths] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    veths = "--allow-kit-veths" in argv[: argv.index("--")]
+
+    def allowed(ip: str) -> bool:
+        return _loopback(ip) or (veths and _in_kit_veths(ip))
+
     command = argv[argv.index("--") + 1 :]
     proc = subprocess.Popen(command)
     snapshots, sockets = 0, set()
@@ -71,12 +135,17 @@ def main(argv: list[str]) -> int:
             if conn.pid not in watched or not conn.raddr:
                 continue
             sockets.add((conn.pid, conn.laddr, conn.raddr))
-            if not _loopback(conn.raddr.ip):
+            if not allowed(conn.raddr.ip):
                 try:
                     name = psutil.Process(conn.pid).name()
                 except psutil.Error:
                     name = "?"
                 foreign[(conn.raddr.ip, conn.raddr.port, name)] = time.strftime("%H:%M:%S")
+        if veths:
+            for ip, port, where in _namespace_peers(watched):
+                sockets.add((where, ip, port))
+                if not allowed(ip):
+                    foreign[(ip, port, where)] = time.strftime("%H:%M:%S")
         snapshots += 1
         time.sleep(0.2)
     print(

@@ -115,6 +115,9 @@ def _progress_table(p: Progress, scenario_name: str, backend: str) -> Table:
     table.add_row("server freezes", str(c.server_pauses))
     table.add_row("connection cuts", str(c.cuts))
     table.add_row(
+        "partitions", f"{c.partitions} ({c.partitioned_workers} workers, {c.heals} healed)"
+    )
+    table.add_row(
         "clock skews",
         f"{c.clock_skews} workers ({len(c.skewed_slots)} skewed slots)" if c.skewed_slots else "-",
     )
@@ -157,7 +160,10 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     console.print(
         f"  faults: {c.total_kills} SIGKILLs ({kills}); {c.pauses} pauses past the lease; "
         f"{c.server_restarts} server restarts; {c.server_pauses} server freezes; "
-        f"{c.cuts} connection cuts; {c.clock_skews} skewed workers; "
+        f"{c.cuts} connection cuts; "
+        f"{c.partitions} partitions ({c.partitioned_workers} workers cut off); "
+        f"{c.losses} packet losses; "
+        f"{c.clock_skews} skewed workers; "
         f"{c.redrives} redrives ({c.redriven_tasks} tasks)"
     )
     if c.skewed_slots:

@@ -18,6 +18,11 @@ worker it ever holds under libfaketime with that skew (see
 :mod:`rdq_compliance.chaos.clock`): a respawned worker keeps its slot's clock. ``on_skew``
 hears of each such worker (name, skew) just before it starts, so the harness journals
 the skew before the worker's first event.
+
+A *launcher* (optional) places each slot's workers: for a slot it gives a command prefix
+(e.g. ``ip netns exec <namespace>``, which execs, so the pid stays the worker's) and the
+DSN the worker connects to (e.g. a relay inside that namespace) — see
+:mod:`rdq_compliance.chaos.partitions`.
 """
 
 from __future__ import annotations
@@ -64,6 +69,14 @@ class WorkerProc:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """Where a slot's workers run: a command prefix, and the DSN they connect to."""
+
+    prefix: tuple[str, ...]
+    dsn: str
+
+
+@dataclass(frozen=True)
 class Exit:
     """A worker that ended without the fleet killing it (a self-kill, or a crash)."""
 
@@ -87,6 +100,7 @@ class Fleet:
         skews: Mapping[int, Skew] | None = None,
         faketime: Path | None = None,
         on_skew: Callable[[str, Skew], None] | None = None,
+        launcher: Callable[[int], Launch] | None = None,
     ) -> None:
         self.template = template
         self.size = size
@@ -99,6 +113,7 @@ class Fleet:
             raise ValueError("skewed slots need the libfaketime library (faketime=...)")
         self.faketime = faketime
         self.on_skew = on_skew
+        self.launcher = launcher
         self.slots: list[WorkerProc | None] = [None] * size
         self.retired: list[WorkerProc] = []
         self._next = 0
@@ -134,8 +149,13 @@ class Fleet:
             config = replace(config, time_base=time_base())
             if self.on_skew is not None:
                 self.on_skew(name, skew)
+        prefix: tuple[str, ...] = ()
+        if self.launcher is not None:
+            launch = self.launcher(slot)
+            prefix = launch.prefix
+            config = replace(config, spec=replace(config.spec, dsn=launch.dsn))
         process = ManagedProcess(
-            [sys.executable, "-m", "rdq_compliance.chaos.worker_main", config.to_json()],
+            [*prefix, sys.executable, "-m", "rdq_compliance.chaos.worker_main", config.to_json()],
             log_path=self.log_dir / f"{name}.log",
             env=env,
             stop_signal=signal.SIGTERM,

@@ -32,6 +32,16 @@ and server, journaling each fault in the harness journal *before* it acts
   (connection cuts, redrives, a restart) and the progress poll wait for the resume; the
   worker faults go on;
 - ``cut_connections``: the server terminates the namespace's sessions;
+- ``partition`` of one or several worker slots for ``lease * factor``, then ``heal``:
+  every packet between those slots' namespaces and the server is dropped both ways (see
+  :mod:`rdq_compliance.chaos.partitions`), so their calls hang — no reset, no error —
+  while the rest of the fleet goes on and reclaims their expired leases; after the heal
+  their late heartbeats and outcomes must be refused. The first slot is the planned one
+  or, if its worker runs no handler now, the next one that does. Planned only when the
+  campaign built the namespaces (root, ``ip``, ``nft``, a server reached at one TCP
+  address); else left out with a note saying why;
+- ``loss``, the milder variant: the same, but only ``percent`` % of those slots' packets
+  are dropped (TCP retransmits: calls slow down, some past the lease), then ``heal``;
 - ``redrive`` every ``redrive_interval`` seconds: the DLQ's tasks, listed by id, are
   redriven by id (so the journal names exactly the tasks redriven).
 
@@ -44,9 +54,10 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from rdq_compliance.chaos.events import INFO, INVOKE, OK
 from rdq_compliance.chaos.fleet import Fleet, WorkerProc
@@ -65,7 +76,18 @@ from rdq_core.spi import Storage
 #: An armed worker that has not killed itself after this many leases is killed by us.
 ARM_TIMEOUT = 4.0
 #: Kinds in the order faults planned for the same instant are applied.
-_ORDER = ("server_restart", "server_pause", "cut_connections", "pause", "kill", "redrive")
+_ORDER = (
+    "server_restart",
+    "server_pause",
+    "cut_connections",
+    "partition",
+    "loss",
+    "pause",
+    "kill",
+    "redrive",
+)
+#: Why partitions are left out when the runner built no network for them.
+NO_NETWORK = "the campaign built no network namespaces for its workers"
 #: Kinds that need the server to answer: held back while it is frozen.
 _TALKS_TO_SERVER = frozenset({"server_restart", "server_pause", "cut_connections", "redrive"})
 
@@ -75,15 +97,20 @@ class PlannedFault:
     """One fault of the schedule: ``at`` seconds into the fault window."""
 
     at: float
-    kind: str  # kill | pause | server_restart | server_pause | cut_connections | redrive
+    kind: str  # kill | pause | server_restart | server_pause | cut_connections | partition
+    #         | redrive
     slot: int | None = None
     point: str | None = None
     duration: float | None = None
+    #: How many consecutive worker slots a partition or a loss affects (from ``slot``).
+    width: int | None = None
 
     def describe(self) -> str:
         bits = [f"{self.at:7.3f}s {self.kind}"]
         if self.slot is not None:
             bits.append(f"slot {self.slot}")
+        if self.width is not None and self.width > 1:
+            bits.append(f"and the next {self.width - 1}")
         if self.point is not None:
             bits.append(f"at {self.point}")
         if self.duration is not None:
@@ -105,12 +132,14 @@ def plan_faults(
     *,
     durable: bool = False,
     durability: str = "",
+    no_network: str | None = NO_NETWORK,
 ) -> FaultPlan:
     """The fault schedule of ``scenario`` for its seed (deterministic).
 
     ``supported`` are the server's faults (``Server.faults``); ``durable`` whether the
     backend declares durability (``Capabilities.durable``; ``durability`` says why, for
-    the note): without it no server kill or restart is planned.
+    the note): without it no server kill or restart is planned. ``no_network`` says why
+    worker partitions cannot be made (``None``: the runner built their network).
     """
     rng = random.Random(f"rdq-nemesis:{scenario.seed}")
     f = scenario.faults
@@ -188,6 +217,38 @@ def plan_faults(
         else:
             for _ in range(f.connection_cuts):
                 faults.append(PlannedFault(when(window * 0.95), "cut_connections"))
+    if f.partitions:
+        if no_network is not None:
+            skipped.append(f"partition x{f.partitions}: skipped, {no_network}")
+        else:
+            for _ in range(f.partitions):
+                length = round(lease * rng.uniform(*f.partition_factor), 6)
+                faults.append(
+                    PlannedFault(
+                        when(min(busy, window - length)),
+                        "partition",
+                        rng.randrange(slots),
+                        None,
+                        length,
+                        f.partition_workers,
+                    )
+                )
+    if f.losses:
+        if no_network is not None:
+            skipped.append(f"loss x{f.losses}: skipped, {no_network}")
+        else:
+            for _ in range(f.losses):
+                length = round(lease * rng.uniform(*f.loss_factor), 6)
+                faults.append(
+                    PlannedFault(
+                        when(min(busy, window - length)),
+                        "loss",
+                        rng.randrange(slots),
+                        None,
+                        length,
+                        f.loss_workers,
+                    )
+                )
     if f.redrive_interval:
         k = 1
         while k * f.redrive_interval <= window:
@@ -212,6 +273,10 @@ class Counters:
     connections_cut: int = 0
     redrives: int = 0
     redriven_tasks: int = 0
+    partitions: int = 0
+    partitioned_workers: int = 0
+    losses: int = 0
+    heals: int = 0
     #: Workers started under a skewed clock (a respawn in a skewed slot counts again).
     clock_skews: int = 0
     #: The skew of each skewed slot (``"+4.213s, rate x1.0420"``), by slot.
@@ -239,6 +304,10 @@ class Counters:
             "connections_cut": self.connections_cut,
             "redrives": self.redrives,
             "redriven_tasks": self.redriven_tasks,
+            "partitions": self.partitions,
+            "partitioned_workers": self.partitioned_workers,
+            "losses": self.losses,
+            "heals": self.heals,
             "clock_skews": self.clock_skews,
             "skewed_slots": {str(k): v for k, v in sorted(self.skewed_slots.items())},
             "arm_timeouts": self.arm_timeouts,
@@ -279,6 +348,16 @@ class RunTracker:
         return len(runs)
 
 
+class Partitioner(Protocol):
+    """What the nemesis needs of a network to partition worker slots from the server."""
+
+    def partition(self, slots: Sequence[int]) -> None: ...
+
+    def lose(self, slots: Sequence[int]) -> None: ...
+
+    def heal(self, slots: Sequence[int]) -> None: ...
+
+
 @dataclass
 class _Pending:
     due: float
@@ -300,6 +379,7 @@ class Nemesis:
         journal: LockedJournal,
         counters: Counters | None = None,
         clock: Callable[[], float] = time.monotonic,
+        network: Partitioner | None = None,
     ) -> None:
         self.plan = plan
         self.scenario = scenario
@@ -318,6 +398,8 @@ class Nemesis:
         self._server_frozen = False
         self._draining = False
         self._runs = RunTracker()
+        self.network = network
+        self._cut_slots: set[int] = set()
         self.started: float | None = None
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -419,6 +501,8 @@ class Nemesis:
         if fault.kind == "redrive":
             self.redrive()
             return True
+        if fault.kind in ("partition", "loss"):
+            return self._partition(fault)
         raise ValueError(f"unknown fault kind {fault.kind!r}")
 
     def _target(self, slot: int | None) -> WorkerProc | None:
@@ -561,6 +645,62 @@ class Nemesis:
             return True
 
         self._pending.append(_Pending(self.clock() + fault.duration, resume, "resume server"))
+        return True
+
+    def _partition(self, fault: PlannedFault) -> bool:
+        """Cut ``fault.width`` slots off the server (``partition``) or make them lose
+        packets (``loss``), the first running a handler if one does; heal them
+        ``fault.duration`` seconds later (or at the drain)."""
+        kind = fault.kind
+        if self.network is None:
+            self.counters.notes.append(f"{kind}: skipped, no network to partition")
+            return True
+        busy = self._busy_target(fault.slot)
+        first = busy.slot if busy is not None else (fault.slot or 0)
+        n = self.fleet.size
+        slots = sorted({(first + i) % n for i in range(min(fault.width or 1, n))})
+        if self._cut_slots & set(slots):
+            return False  # still cut off by an earlier partition: try again later
+        assert fault.duration is not None
+        names = [w.name for s in slots if (w := self.fleet.in_slot(s)) is not None]
+        extra: dict[str, object] = {}
+        if kind == "loss":
+            extra["percent"] = self.scenario.faults.loss_percent
+        self.journal.write(
+            INFO, "fault", kind=kind, target=",".join(names), targets=names,
+            slots=slots, duration=fault.duration, **extra,
+        )  # fmt: skip
+        try:
+            if kind == "loss":
+                self.network.lose(slots)
+            else:
+                self.network.partition(slots)
+        except Exception as exc:
+            self.counters.notes.append(f"{kind} of slots {slots} failed: {error_text(exc)}")
+            return True
+        self._cut_slots |= set(slots)
+        if kind == "loss":
+            self.counters.losses += 1
+        else:
+            self.counters.partitions += 1
+            self.counters.partitioned_workers += len(slots)
+
+        def heal() -> bool:
+            assert self.network is not None
+            try:
+                self.network.heal(slots)
+            except Exception as exc:
+                self.counters.notes.append(f"heal of slots {slots} failed: {error_text(exc)}")
+                return False  # never leave a slot cut off: retried at the next tick
+            self._cut_slots -= set(slots)
+            now = [w.name for s in slots if (w := self.fleet.in_slot(s)) is not None]
+            self.journal.write(
+                INFO, "fault", kind="heal", target=",".join(now), targets=now, slots=slots
+            )
+            self.counters.heals += 1
+            return True
+
+        self._pending.append(_Pending(self.clock() + fault.duration, heal, f"heal {slots}"))
         return True
 
     def _cut(self) -> None:

@@ -162,6 +162,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
     pauses: dict[str, Mark] = {}
     server_down: Mark | None = None
     frozen: Mark | None = None
+    cut_off: dict[str, Mark] = {}  # partitions not healed yet, by their slots
     procs: set[str] = set()
     times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
     t_min = min(times, default=0.0)
@@ -244,6 +245,29 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
                 frozen = None
             elif kind == "cut_connections":
                 marks.append(Mark(t, "cut", "server", f"connections cut ({e.get('count', '?')})"))
+            elif kind == "partition":
+                key = str(e.get("slots"))
+                cut_off[key] = Mark(
+                    t,
+                    "partition",
+                    target,
+                    f"{target} partitioned from the server for {e.get('duration', '?')}s",
+                )
+                marks.append(cut_off[key])
+            elif kind == "loss":
+                key = str(e.get("slots"))
+                cut_off[key] = Mark(
+                    t,
+                    "loss",
+                    target,
+                    f"{target} losing {e.get('percent', '?')}% of their packets for "
+                    f"{e.get('duration', '?')}s",
+                )
+                marks.append(cut_off[key])
+            elif kind == "heal" and str(e.get("slots")) in cut_off:
+                mark = cut_off.pop(str(e.get("slots")))
+                mark.end = t
+                mark.label += ", then healed"
             elif kind == "clock_skew":
                 marks.append(Mark(t, "skew", target, _skew_label(target, e)))
         elif op == "redrive" and typ == "ok":
@@ -260,7 +284,7 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
     for mark in marks:
         if mark.kind == "skew":
             mark.end = max(mark.t, deaths.get(mark.target, last_t.get(mark.target, t_max)))
-        if mark.kind in ("pause", "server", "freeze") and mark.end is None:
+        if mark.kind in ("pause", "server", "freeze", "partition", "loss") and mark.end is None:
             mark.end = t_max
     lanes = sorted(procs, key=_proc_key)
     return lanes, list(bars.values()), marks, t_min, t_max
@@ -374,6 +398,18 @@ def render_timeline(
                 f'height="{total_h - 18}" fill="#5dade2" opacity="0.22">'
                 f"<title>{html.escape(mark.label)}</title></rect>"
             )
+        elif mark.kind in ("partition", "loss") and mark.end is not None:
+            colour = "#e67e22" if mark.kind == "partition" else "#d35400"
+            opacity = "0.30" if mark.kind == "partition" else "0.15"
+            for lane in mark.target.split(","):
+                if lane not in lane_y:
+                    continue
+                ly, lh = lane_y[lane]
+                svg.append(
+                    f'<rect x="{x(mark.t)}" y="{ly}" width="{max(2, x(mark.end) - x(mark.t))}" '
+                    f'height="{lh}" fill="{colour}" opacity="{opacity}">'
+                    f"<title>{html.escape(mark.label)}</title></rect>"
+                )
         elif mark.kind == "skew" and mark.target in lane_y and mark.end is not None:
             ly, lh = lane_y[mark.target]
             svg.append(
@@ -447,6 +483,8 @@ def render_timeline(
         '<span><i style="background:#16a085"></i>redrive</span>'
         '<span><i style="background:#000;opacity:.2"></i>server down</span>'
         '<span><i style="background:#5dade2;opacity:.4"></i>server frozen</span>'
+        '<span><i style="background:#e67e22;opacity:.5"></i>partitioned</span>'
+        '<span><i style="background:#d35400;opacity:.25"></i>losing packets</span>'
         '<span><i style="background:#9b59b6"></i>clock skewed (libfaketime)</span>'
         '<span><i style="border:2px solid red;width:8px;height:6px"></i>task in a violation</span>'
     )
@@ -465,6 +503,7 @@ def render_timeline(
             ("server restarts", summary.get("counters", {}).get("server_restarts")),
             ("server freezes", summary.get("counters", {}).get("server_pauses")),
             ("connection cuts", summary.get("counters", {}).get("connection_cuts")),
+            ("partitions", summary.get("counters", {}).get("partitions")),
             ("clock skews", summary.get("counters", {}).get("clock_skews")),
             ("redrives", summary.get("counters", {}).get("redrives")),
         )

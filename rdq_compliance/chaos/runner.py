@@ -31,6 +31,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ from rdq_compliance.chaos.clock import INSTALL_HINT, Skew, find_libfaketime, pla
 from rdq_compliance.chaos.events import INFO, OK, Event, Journal, read_history
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
-from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults
+from rdq_compliance.chaos.nemesis import NO_NETWORK, Counters, Nemesis, plan_faults
+from rdq_compliance.chaos.partitions import WorkerNetwork, worker_network
 from rdq_compliance.chaos.report import write_report
 from rdq_compliance.chaos.results import CampaignResult, Progress, ProgressFn
 from rdq_compliance.chaos.scenario import Scenario
@@ -188,12 +190,14 @@ def run_campaign(
     server = session.server
     backend_name = session.name
     capabilities = session.capabilities()
+    network, no_network = _partition_network(scenario, server, backend_name)
     plan = plan_faults(
         scenario,
         server.faults,
         f"the {backend_name} server ({server.origin})",
         durable=capabilities.durable,
         durability=capabilities.durability,
+        no_network=None if network is not None else no_network,
     )
     counters.notes.extend(plan.skipped)
     result = CampaignResult(
@@ -209,7 +213,7 @@ def run_campaign(
     journal = LockedJournal(Journal(history_dir / f"{HARNESS}.jsonl", HARNESS))
     spec = session.create_namespace()
     namespace = spec.namespace
-    storage = session.open(spec)
+    storage = _harness_storage(session, spec, network)
     queue = scenario.workload.queue
     tasks = make_tasks(scenario)
     last_stats = [QueueStats(pending=len(tasks))]
@@ -239,21 +243,28 @@ def run_campaign(
         )
         counters.clock_skews += 1
 
-    fleet = Fleet(
-        worker_template(scenario, spec),
-        scenario.workers.count,
-        history_dir=history_dir,
-        control_dir=outdir / "control",
-        log_dir=outdir / "logs",
-        skews={s.slot: s for s in skews},
-        faketime=library,
-        on_skew=journal_skew,
-    )
+    try:
+        fleet = Fleet(
+            worker_template(scenario, spec),
+            scenario.workers.count,
+            history_dir=history_dir,
+            control_dir=outdir / "control",
+            log_dir=outdir / "logs",
+            launcher=network.launch if network is not None else None,
+            skews={s.slot: s for s in skews},
+            faketime=library,
+            on_skew=journal_skew,
+        )
+    except BaseException:
+        _close(storage, network)
+        raise
     try:
         report_progress("enqueue", force=True)
         enqueue_all(storage, tasks, journal)
         fleet.start()
-        nemesis = Nemesis(plan, scenario, fleet, server, storage, namespace, journal, counters)
+        nemesis = Nemesis(
+            plan, scenario, fleet, server, storage, namespace, journal, counters, network=network
+        )
         nemesis.start()
         stop_at = t0 + scenario.limits.deadline
         if not nemesis.run(stop_at, on_tick=lambda: report_progress("faults")):
@@ -276,17 +287,22 @@ def run_campaign(
                 f"the drain did not quiesce within {scenario.limits.drain_timeout:.0f}s: "
                 "tasks were still PENDING or IN_FLIGHT"
             )
-    finally:
+    except BaseException:
+        try:
+            fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
+        finally:
+            _close(storage, network)
+        raise
+    try:
         fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
         result.workers_left = fleet.pids()
-    try:
         report_progress("check", force=True)
         final = read_final_state(
             storage, queue, [t.id for t in tasks], drained=result.drained, page=DLQ_PAGE
         )
         stats = storage.stats(queue)
     finally:
-        storage.close()
+        _close(storage, network)
     journal.close()
     events = read_history(history_dir.glob("*.jsonl"))
     result.violations, result.checker_error = run_checker(events, final)
@@ -308,6 +324,40 @@ def run_campaign(
             Progress("done", result.duration, len(tasks), stats, counters, len(result.violations))
         )
     return result
+
+
+def _partition_network(
+    scenario: Scenario, server: Server, backend: str
+) -> tuple[WorkerNetwork | None, str]:
+    """The workers' network when the scenario partitions them, else ``(None, why not)``."""
+    f = scenario.faults
+    if not f.partitions and not f.losses:
+        return None, NO_NETWORK
+    return worker_network(
+        server, scenario.workers.count, backend, loss_percent=f.loss_percent if f.losses else 0
+    )
+
+
+def _close(storage: Storage, network: WorkerNetwork | None) -> None:
+    """Close the runner's storage, then the network it may go through."""
+    try:
+        storage.close()
+    finally:
+        if network is not None:
+            network.close()
+
+
+def _harness_storage(
+    session: Session, spec: StorageSpec, network: WorkerNetwork | None
+) -> Storage:
+    """The runner's own storage: through its namespace when the workers have theirs."""
+    if network is None:
+        return session.open(spec)
+    try:
+        return network.harness_storage(lambda dsn: session.open(replace(spec, dsn=dsn)))
+    except BaseException:
+        network.close()
+        raise
 
 
 def _drain(

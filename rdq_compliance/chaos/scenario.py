@@ -34,6 +34,17 @@ Example (``chaos/standard.toml`` is the full one)::
     count = 1
     factor = [1.5, 2.5]
 
+    [faults.partition]           # cut workers off the server (both ways) past the lease
+    count = 2
+    workers = 1                  # worker slots cut off together
+    factor = [2.0, 3.0]
+
+    [faults.loss]                # the milder variant: a share of their packets dropped
+    count = 1
+    workers = 2
+    percent = 30
+    factor = [2.0, 3.0]          # lasts lease x factor
+
     [faults.clock_skew]          # run 3 worker slots under libfaketime (chaos/clock.toml)
     workers = 3                  # how many slots are skewed (<= workers.count)
     offset = ["-4.5s", "4.5s"]   # each slot's offset from true time, drawn per slot
@@ -160,6 +171,17 @@ class Faults:
     #: A server freeze lasts ``lease * factor`` with factor drawn from this range (> 1).
     server_pause_factor: tuple[float, float] = (1.5, 2.5)
     connection_cuts: int = 0
+    #: Network partitions: ``partition_workers`` worker slots cut off from the server (every
+    #: packet dropped both ways: their calls hang) for ``lease * factor``, then healed.
+    partitions: int = 0
+    partition_workers: int = 1
+    partition_factor: tuple[float, float] = (2.0, 3.0)
+    #: Packet loss, the milder variant: ``loss_workers`` slots lose ``loss_percent`` % of
+    #: their packets (both ways) for ``lease * factor``. (A delay needs ``tc netem``.)
+    losses: int = 0
+    loss_workers: int = 1
+    loss_percent: int = 20
+    loss_factor: tuple[float, float] = (2.0, 3.0)
     #: Seconds between redrives of the DLQ (``None``: no redrive).
     redrive_interval: float | None = None
     #: No fault before this many seconds into the window (workers start up).
@@ -549,6 +571,24 @@ def _faults(t: _Table) -> Faults:
     ct = t.table("cut_connections")
     cuts = _int(ct, "count", 0, low=0, high=100_000)
     ct.done(("count",))
+    nt = t.table("partition")
+    partitions = _int(nt, "count", 0, low=0, high=10_000)
+    partition_workers = _int(nt, "workers", d.partition_workers, low=1, high=256)
+    nfactor = _number_range(nt, "factor", d.partition_factor, low=1.0)
+    if nfactor[0] <= 1.0:
+        raise ScenarioError(
+            f"{nt.key('factor')}: a partition must outlast the lease: factor(s) > 1, "
+            f"got {nfactor}"
+        )
+    nt.done(("count", "workers", "factor"))
+    lt = t.table("loss")
+    losses = _int(lt, "count", 0, low=0, high=10_000)
+    loss_workers = _int(lt, "workers", d.loss_workers, low=1, high=256)
+    loss_percent = _int(lt, "percent", d.loss_percent, low=1, high=99)
+    lfactor = _number_range(lt, "factor", d.loss_factor, low=0.0)
+    if lfactor[0] <= 0:
+        raise ScenarioError(f"{lt.key('factor')}: factor(s) > 0, got {lfactor}")
+    lt.done(("count", "workers", "percent", "factor"))
     redrive = _duration(t, "redrive_interval", None)
     warmup = _number(t, "warmup", d.warmup, low=0)
     t.done(
@@ -559,6 +599,8 @@ def _faults(t: _Table) -> Faults:
             "server_pause",
             "clock_skew",
             "cut_connections",
+            "partition",
+            "loss",
             "redrive_interval",
             "warmup",
         )
@@ -573,6 +615,13 @@ def _faults(t: _Table) -> Faults:
         server_pauses=server_pauses,
         server_pause_factor=(float(zfactor[0]), float(zfactor[1])),
         connection_cuts=cuts,
+        partitions=partitions,
+        partition_workers=partition_workers,
+        partition_factor=(float(nfactor[0]), float(nfactor[1])),
+        losses=losses,
+        loss_workers=loss_workers,
+        loss_percent=loss_percent,
+        loss_factor=(float(lfactor[0]), float(lfactor[1])),
         redrive_interval=redrive,
         warmup=warmup,
         skewed_workers=skewed,
@@ -623,9 +672,21 @@ def scenario_from_dict(
         or faults.server_restarts
         or faults.server_pauses
         or faults.connection_cuts
+        or faults.partitions
+        or faults.losses
     ):
         raise ScenarioError(
             f"faults.warmup ({faults.warmup}s) must be shorter than duration ({duration}s)"
+        )
+    if faults.partitions and faults.partition_workers > workers.count:
+        raise ScenarioError(
+            f"faults.partition.workers ({faults.partition_workers}) must be at most "
+            f"workers.count ({workers.count})"
+        )
+    if faults.losses and faults.loss_workers > workers.count:
+        raise ScenarioError(
+            f"faults.loss.workers ({faults.loss_workers}) must be at most "
+            f"workers.count ({workers.count})"
         )
     if limits.deadline <= duration:
         raise ScenarioError(

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from urllib.parse import urlsplit, urlunsplit
 
 from rdq_core.errors import RdqError
 from rdq_core.spi import Storage
@@ -135,6 +136,49 @@ class Server(ABC):
     def pids(self) -> list[int]:
         """Process ids of server processes the kit started (for leak checks)."""
         return []
+
+    # ---- network partitions: where clients connect, and the DSN through another address --
+
+    def network_address(self) -> tuple[str, int]:
+        """The one TCP address (host, port) every client of :attr:`dsn` connects to.
+
+        The chaos harness relays a partitioned worker's connections to it. The default
+        reads a URL DSN (``scheme://[user@]host:port/...``); a server reached otherwise
+        (embedded, several addresses, a cluster that redirects clients to its nodes)
+        raises :class:`UnsupportedFault` saying why.
+        """
+        return url_address(self.dsn)
+
+    def dsn_via(self, host: str, port: int) -> str:
+        """:attr:`dsn` rewritten so that a client connects to ``host:port`` (a relay of
+        :meth:`network_address`) and to nothing else. The default replaces the URL's
+        host and port; override it when the driver would go around that address (a
+        replica-set URI the driver rediscovers, a cluster's redirects)."""
+        return url_via(self.dsn, host, port)
+
+
+def url_address(dsn: str) -> tuple[str, int]:
+    """``(host, port)`` of a URL DSN with one host and an explicit port."""
+    try:
+        url = urlsplit(dsn)
+        host, port = url.hostname, url.port
+    except ValueError as exc:
+        raise UnsupportedFault(f"the DSN is not a URL with one host:port ({exc})") from None
+    if not url.scheme or not host or port is None or "," in url.netloc:
+        raise UnsupportedFault(
+            "the DSN is not a URL with one host and an explicit port "
+            "(scheme://[user@]host:port/...), so its clients cannot be relayed"
+        )
+    return host, port
+
+
+def url_via(dsn: str, host: str, port: int) -> str:
+    """``dsn`` (a URL) with its host and port replaced by ``host:port``."""
+    url_address(dsn)
+    url = urlsplit(dsn)
+    user = url.netloc.rpartition("@")[0]
+    netloc = f"{user}@{host}:{port}" if user else f"{host}:{port}"
+    return urlunsplit((url.scheme, netloc, url.path, url.query, url.fragment))
 
 
 class Backend(ABC):

@@ -107,6 +107,17 @@ class MongoServer(Server):
         with self._lock:
             self._created.discard(namespace)
 
+    def dsn_via(self, host: str, port: int) -> str:
+        """The URI through ``host:port`` with ``directConnection=true``: without it, the
+        driver would discover a replica set's members by the names they advertise and
+        connect to those, around the relay."""
+        from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+        url = urlsplit(super().dsn_via(host, port))
+        query = [(k, v) for k, v in parse_qsl(url.query) if k.lower() != "directconnection"]
+        query.append(("directConnection", "true"))
+        return urlunsplit(url._replace(query=urlencode(query)))
+
     def _forget_admin_client(self) -> None:
         """The admin client's connections died with the server: reopen on next use."""
         with self._lock:

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import redis.exceptions as rx
 
-from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server, UnsupportedFault
 from rdq_core.errors import BackendUnavailable
 from rdq_redis import admin, keys
 from rdq_redis.connection import is_cluster, open_client, parse_dsn
@@ -100,6 +100,14 @@ class RedisServer(Server):
     def cut_connections(self, namespace: str) -> int:
         keys.namespace_name(namespace)
         return self._admin_call("cut_connections", lambda c: admin.cut_connections(c, namespace))
+
+    def network_address(self) -> tuple[str, int]:
+        if self.cluster:
+            raise UnsupportedFault(
+                "a Redis Cluster redirects its clients (MOVED, ASK) to its nodes' real "
+                "addresses, which a relay in front of one node cannot intercept"
+            )
+        return super().network_address()
 
     def _forget_admin_client(self) -> None:
         """The admin client's connections died with the server (a kill, a restart): the

@@ -20,7 +20,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
+from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server, UnsupportedFault
 from rdq_core.errors import InvalidArgument
 from rdq_sqlite.storage import SqliteStorage
 
@@ -78,6 +78,12 @@ class SqliteServer(Server):
     """A directory of namespace databases. ``owned``: remove what we created on close."""
 
     faults: frozenset[str] = frozenset()
+
+    def network_address(self) -> tuple[str, int]:
+        raise UnsupportedFault(
+            "SQLite is embedded (every process opens the database files itself): there "
+            "is no network between the workers and the store, so a partition does not apply"
+        )
 
     def __init__(self, directory: Path, *, owned: bool) -> None:
         self.directory = directory
