@@ -236,6 +236,7 @@ def _faults(counters: dict[str, object]) -> str:
         ("connection_cuts", "connection cuts"),
         ("failovers", "failovers"),
         ("partitions", "partitions"),
+        ("clock_skews", "clock-skewed workers"),
         ("redrives", "redrives"),
     )
     parts = [f"{counters[k]} {label}" for k, label in labels if counters.get(k)]

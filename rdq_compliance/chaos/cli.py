@@ -118,6 +118,10 @@ def _progress_table(p: Progress, scenario_name: str, backend: str) -> Table:
     table.add_row(
         "partitions", f"{c.partitions} ({c.partitioned_workers} workers, {c.heals} healed)"
     )
+    table.add_row(
+        "clock skews",
+        f"{c.clock_skews} workers ({len(c.skewed_slots)} skewed slots)" if c.skewed_slots else "-",
+    )
     table.add_row("redrives", f"{c.redrives} ({c.redriven_tasks} tasks)")
     table.add_row("violations", "-" if p.violations is None else str(p.violations))
     return table
@@ -161,8 +165,12 @@ def _summarise(console: Console, result: CampaignResult) -> None:
         f"{c.cuts} connection cuts; "
         f"{c.partitions} partitions ({c.partitioned_workers} workers cut off); "
         f"{c.losses} packet losses; "
+        f"{c.clock_skews} skewed workers; "
         f"{c.redrives} redrives ({c.redriven_tasks} tasks)"
     )
+    if c.skewed_slots:
+        skews = "; ".join(f"slot {k} {v}" for k, v in sorted(c.skewed_slots.items()))
+        console.print(f"  clocks skewed (libfaketime): {skews}", highlight=False)
     for note in c.notes:
         console.print(f"  [yellow]note:[/] {note}", highlight=False)
     if result.workers_left:

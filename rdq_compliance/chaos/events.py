@@ -11,7 +11,10 @@ Fields of every event:
 ``seq``     position in its journal (0, 1, 2, ...)
 ``proc``    the process: ``"w0"``, ``"w1"``, ... or ``"harness"``
 ``pid``     its OS process id
-``t``       wall-clock time of the event (float seconds; for humans and timelines)
+``t``       true wall-clock time of the event (float seconds): orders the events of
+            different processes in real time (a worker whose clock the harness skews
+            journals its monotonic clock plus the harness's offset instead, see
+            :mod:`rdq_compliance.chaos.clock`)
 ``type``    ``invoke`` | ``ok`` | ``fail`` | ``info``
 ``op``      see below
 ``task``    the task id, where one is concerned
@@ -33,8 +36,10 @@ epoch, read from the storage's clock, never the worker's):
 ``fault``        harness: ``kind`` (``kill``, ``pause``, ``resume``, ``kill_server``,
                  ``restart_server``, ``pause_server``, ``resume_server``,
                  ``cut_connections``, ``failover`` with ``replica_lag``,
-                 then ``promoted`` naming the new primary), ``target`` (a proc name or
-                 ``"server"``), ``point`` for kills at a chosen moment
+                 then ``promoted`` naming the new primary, ``clock_skew``), ``target``
+                 (a proc name or ``"server"``), ``point`` for kills at a chosen moment; a
+                 ``clock_skew`` (journaled when a skewed worker is spawned) has
+                 ``slot``, ``offset`` (seconds) and ``drift`` (rate)
 ``self_kill``    a worker about to SIGKILL itself at a chosen ``point`` (info)
 """
 
@@ -44,7 +49,7 @@ import gc
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +63,10 @@ class Journal:
     """An append-only journal: one ``write(2)`` per event, so a SIGKILL loses at most
     the event being written (a torn last line is dropped by the reader)."""
 
-    def __init__(self, path: Path, proc: str) -> None:
+    def __init__(self, path: Path, proc: str, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self.proc = proc
+        self.clock = clock
         self.pid = os.getpid()
         self._seq = 0
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -70,7 +76,7 @@ class Journal:
             "seq": self._seq,
             "proc": self.proc,
             "pid": self.pid,
-            "t": time.time(),
+            "t": self.clock(),
             "type": type_,
             "op": op,
         }

@@ -13,6 +13,12 @@ The fleet has fixed *slots* (0..N-1). A killed worker is replaced at once by a f
 process with a new name (``w8``, ``w9``, ...) in the same slot, so the fleet size stays
 constant and every process has its own journal ``<history>/<name>.jsonl``.
 
+**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.clock.Skew` runs every
+worker it ever holds under libfaketime with that skew (see
+:mod:`rdq_compliance.chaos.clock`): a respawned worker keeps its slot's clock. ``on_skew``
+hears of each such worker (name, skew) just before it starts, so the harness journals
+the skew before the worker's first event.
+
 A *launcher* (optional) places each slot's workers: for a slot it gives a command prefix
 (e.g. ``ip netns exec <namespace>``, which execs, so the pid stays the worker's) and the
 DSN the worker connects to (e.g. a relay inside that namespace) — see
@@ -27,10 +33,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rdq_compliance.chaos.clock import Skew, skew_env, time_base
 from rdq_compliance.chaos.worker_main import WorkerConfig
 from rdq_compliance.provision.process import ManagedProcess
 
@@ -50,6 +57,7 @@ class WorkerProc:
     armed: str | None = None
     armed_at: float = 0.0
     expected_exit: bool = False
+    skew: Skew | None = None
 
     @property
     def pid(self) -> int:
@@ -89,6 +97,9 @@ class Fleet:
         control_dir: Path,
         log_dir: Path,
         on_spawn: Callable[[WorkerProc], None] | None = None,
+        skews: Mapping[int, Skew] | None = None,
+        faketime: Path | None = None,
+        on_skew: Callable[[str, Skew], None] | None = None,
         launcher: Callable[[int], Launch] | None = None,
     ) -> None:
         self.template = template
@@ -97,6 +108,11 @@ class Fleet:
         self.control_dir = Path(control_dir)
         self.log_dir = Path(log_dir)
         self.on_spawn = on_spawn
+        self.skews: dict[int, Skew] = dict(skews or {})
+        if self.skews and faketime is None:
+            raise ValueError("skewed slots need the libfaketime library (faketime=...)")
+        self.faketime = faketime
+        self.on_skew = on_skew
         self.launcher = launcher
         self.slots: list[WorkerProc | None] = [None] * size
         self.retired: list[WorkerProc] = []
@@ -125,6 +141,14 @@ class Fleet:
             control=os.fspath(control),
             seed=(self.template.seed * 1_000_003 + self._next) % 2**63,
         )
+        env = dict(os.environ)
+        skew = self.skews.get(slot)
+        if skew is not None:
+            assert self.faketime is not None
+            env.update(skew_env(skew, self.faketime))
+            config = replace(config, time_base=time_base())
+            if self.on_skew is not None:
+                self.on_skew(name, skew)
         prefix: tuple[str, ...] = ()
         if self.launcher is not None:
             launch = self.launcher(slot)
@@ -133,12 +157,12 @@ class Fleet:
         process = ManagedProcess(
             [*prefix, sys.executable, "-m", "rdq_compliance.chaos.worker_main", config.to_json()],
             log_path=self.log_dir / f"{name}.log",
-            env=dict(os.environ),
+            env=env,
             stop_signal=signal.SIGTERM,
             grace=ORPHAN_GRACE,
         )
         process.start()
-        proc = WorkerProc(name, slot, process)
+        proc = WorkerProc(name, slot, process, skew=skew)
         with self._lock:
             self.slots[slot] = proc
         if self.on_spawn is not None:

@@ -315,6 +315,10 @@ class Counters:
     partitioned_workers: int = 0
     losses: int = 0
     heals: int = 0
+    #: Workers started under a skewed clock (a respawn in a skewed slot counts again).
+    clock_skews: int = 0
+    #: The skew of each skewed slot (``"+4.213s, rate x1.0420"``), by slot.
+    skewed_slots: dict[int, str] = field(default_factory=dict)
     arm_timeouts: int = 0
     unexpected_exits: int = 0
     spawned: int = 0
@@ -343,6 +347,8 @@ class Counters:
             "partitioned_workers": self.partitioned_workers,
             "losses": self.losses,
             "heals": self.heals,
+            "clock_skews": self.clock_skews,
+            "skewed_slots": {str(k): v for k, v in sorted(self.skewed_slots.items())},
             "arm_timeouts": self.arm_timeouts,
             "unexpected_exits": self.unexpected_exits,
             "workers_spawned": self.spawned,

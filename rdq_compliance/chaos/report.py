@@ -15,8 +15,9 @@
 The timeline is one self-contained HTML file (inline SVG and CSS, no script needed):
 a bar per claim from the claim to its outcome report (or to the process's death, or
 to the lease given up), coloured by how it ended; kills, pauses, server restarts,
-connection cuts and redrives marked; the claims of tasks named by a violation outlined
-in red. It scrolls horizontally for long runs.
+server freezes, connection cuts, redrives and clock skews (a band along the lane of a
+worker whose clock was skewed, labelled with its offset and rate) marked; the claims
+of tasks named by a violation outlined in red. It scrolls horizontally for long runs.
 """
 
 from __future__ import annotations
@@ -138,6 +139,13 @@ class Mark:
     target: str
     label: str
     end: float | None = None
+
+
+def _skew_label(target: str, e: Event) -> str:
+    offset, drift = e.get("offset"), e.get("drift")
+    off = f"{offset:+.3f}s" if isinstance(offset, (int, float)) else "?"
+    rate = f"x{drift:.4f}" if isinstance(drift, (int, float)) else "x?"
+    return f"{target} clock skewed {off}, rate {rate} (libfaketime, slot {e.get('slot', '?')})"
 
 
 def _proc_key(name: str) -> tuple[int, str]:
@@ -275,6 +283,8 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
                 mark = cut_off.pop(str(e.get("slots")))
                 mark.end = t
                 mark.label += ", then healed"
+            elif kind == "clock_skew":
+                marks.append(Mark(t, "skew", target, _skew_label(target, e)))
         elif op == "redrive" and typ == "ok":
             marks.append(
                 Mark(t, "redrive", "harness", f"redrive of {len(e.get('tasks') or [])} dead tasks")
@@ -287,6 +297,8 @@ def build_timeline(events: list[Event]) -> tuple[list[str], list[Bar], list[Mark
             else:
                 bar.end = last_t.get(bar.proc, bar.start)
     for mark in marks:
+        if mark.kind == "skew":
+            mark.end = max(mark.t, deaths.get(mark.target, last_t.get(mark.target, t_max)))
         spans = ("pause", "server", "freeze", "failover", "partition", "loss")
         if mark.kind in spans and mark.end is None:
             mark.end = t_max
@@ -420,6 +432,18 @@ def render_timeline(
                     f'height="{lh}" fill="{colour}" opacity="{opacity}">'
                     f"<title>{html.escape(mark.label)}</title></rect>"
                 )
+        elif mark.kind == "skew" and mark.target in lane_y and mark.end is not None:
+            ly, lh = lane_y[mark.target]
+            svg.append(
+                f'<rect x="{x(mark.t)}" y="{ly}" width="{max(2, x(mark.end) - x(mark.t))}" '
+                f'height="3" fill="#9b59b6" opacity="0.8">'
+                f"<title>{html.escape(mark.label)}</title></rect>"
+            )
+            svg.append(
+                f'<text x="{x(mark.t) + 2}" y="{ly + lh - 2}" font-size="8" fill="#9b59b6">'
+                f"{html.escape(mark.label.split(' clock skewed ')[-1].split(',')[0])}"
+                f"<title>{html.escape(mark.label)}</title></text>"
+            )
         elif mark.kind == "pause" and mark.target in lane_y and mark.end is not None:
             ly, lh = lane_y[mark.target]
             svg.append(
@@ -484,6 +508,7 @@ def render_timeline(
         '<span><i style="background:#9b59b6;opacity:.45"></i>failover</span>'
         '<span><i style="background:#e67e22;opacity:.5"></i>partitioned</span>'
         '<span><i style="background:#d35400;opacity:.25"></i>losing packets</span>'
+        '<span><i style="background:#9b59b6"></i>clock skewed (libfaketime)</span>'
         '<span><i style="border:2px solid red;width:8px;height:6px"></i>task in a violation</span>'
     )
     verdict = summary.get("verdict", "?")
@@ -503,6 +528,7 @@ def render_timeline(
             ("failovers", summary.get("counters", {}).get("failovers")),
             ("connection cuts", summary.get("counters", {}).get("connection_cuts")),
             ("partitions", summary.get("counters", {}).get("partitions")),
+            ("clock skews", summary.get("counters", {}).get("clock_skews")),
             ("redrives", summary.get("counters", {}).get("redrives")),
         )
     )

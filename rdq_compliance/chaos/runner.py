@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from rdq_compliance.chaos.checker import FinalState, Violation, check, read_final_state
-from rdq_compliance.chaos.events import OK, Event, Journal, read_history
+from rdq_compliance.chaos.clock import INSTALL_HINT, Skew, find_libfaketime, plan_skews
+from rdq_compliance.chaos.events import INFO, OK, Event, Journal, read_history
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.nemesis import NO_NETWORK, Counters, Nemesis, plan_faults
@@ -150,6 +151,27 @@ def worker_template(scenario: Scenario, spec: StorageSpec) -> WorkerConfig:
     )
 
 
+def skews_for(scenario: Scenario, counters: Counters) -> tuple[tuple[Skew, ...], Path | None]:
+    """The scenario's skewed slots and the libfaketime library; none (and a note saying
+    why) where libfaketime is not installed."""
+    f = scenario.faults
+    if not f.skewed_workers:
+        return (), None
+    library = find_libfaketime()
+    if library is None:
+        counters.notes.append(
+            f"clock_skew x{f.skewed_workers}: skipped, libfaketime is not installed "
+            f"({INSTALL_HINT})"
+        )
+        return (), None
+    skews = plan_skews(
+        scenario.seed, scenario.workers.count, f.skewed_workers, f.skew_offset, f.skew_drift
+    )
+    for skew in skews:
+        counters.skewed_slots[skew.slot] = f"{skew.offset:+.3f}s, rate x{skew.drift:.4f}"
+    return skews, library
+
+
 def run_campaign(
     scenario: Scenario,
     *,
@@ -206,6 +228,21 @@ def run_campaign(
             last_stats[0] = storage.stats(queue)
         progress(Progress(phase, now - t0, len(tasks), last_stats[0], counters))
 
+    skews, library = skews_for(scenario, counters)
+
+    def journal_skew(name: str, skew: Skew) -> None:
+        journal.write(
+            INFO,
+            "fault",
+            kind="clock_skew",
+            target=name,
+            slot=skew.slot,
+            offset=skew.offset,
+            drift=skew.drift,
+            faketime=skew.faketime,
+        )
+        counters.clock_skews += 1
+
     try:
         fleet = Fleet(
             worker_template(scenario, spec),
@@ -214,6 +251,9 @@ def run_campaign(
             control_dir=outdir / "control",
             log_dir=outdir / "logs",
             launcher=network.launch if network is not None else None,
+            skews={s.slot: s for s in skews},
+            faketime=library,
+            on_skew=journal_skew,
         )
     except BaseException:
         _close(storage, network)

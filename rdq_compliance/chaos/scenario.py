@@ -49,6 +49,11 @@ Example (``chaos/standard.toml`` is the full one)::
     count = 1
     replica_lag = "500ms"        # hold the replication link this long before the kill
 
+    [faults.clock_skew]          # run 3 worker slots under libfaketime (chaos/clock.toml)
+    workers = 3                  # how many slots are skewed (<= workers.count)
+    offset = ["-4.5s", "4.5s"]   # each slot's offset from true time, drawn per slot
+    drift = [0.9, 1.1]           # each slot's clock rate (1 = true rate), drawn per slot
+
 ``[faults.failover]`` needs a replicated server (``Server.faults`` has ``failover``:
 e.g. ``--rdq-option pg_replica=async`` or ``redis_replica=async``); otherwise it is
 skipped with a note. ``count`` failovers are spread over the fault window; each SIGKILLs
@@ -58,6 +63,16 @@ leave it out for none) first holds the replication link for that long — the re
 lags — while the primary goes on acknowledging writes: with asynchronous replication
 what it acknowledged meanwhile is lost at the failover; with synchronous replication the
 writes wait (or fail) instead.
+
+``[faults.clock_skew]``: ``workers`` slots (which ones, and each one's offset and drift,
+drawn from the seed) run every worker they hold under libfaketime
+(``FAKETIME="<offset> x<drift>"``): the worker's time of day is off by ``offset`` at its
+start and runs ``drift`` times as fast; its timers (the monotonic clock) and its journal
+stay true. ``offset`` is a signed duration or ``[min, max]`` of them (default
+``["-3s", "3s"]``); ``drift`` a rate in (0, 10] or ``[min, max]`` (default ``1``: no
+drift). A correct backend judges leases by the storage's clock and is unaffected; one
+that takes the time from its client is caught by the ``storage-clock`` rule. Skipped,
+with a note, where libfaketime is not installed.
 """
 
 from __future__ import annotations
@@ -189,6 +204,12 @@ class Faults:
     redrive_interval: float | None = None
     #: No fault before this many seconds into the window (workers start up).
     warmup: float = 1.0
+    #: Worker slots run under libfaketime (``[faults.clock_skew] workers``).
+    skewed_workers: int = 0
+    #: A skewed slot's offset from true time (seconds), drawn from this range.
+    skew_offset: tuple[float, float] = (-3.0, 3.0)
+    #: A skewed slot's clock rate, drawn from this range (1.0: true rate).
+    skew_drift: tuple[float, float] = (1.0, 1.0)
 
     @property
     def kills(self) -> int:
@@ -331,6 +352,42 @@ def parse_duration(value: object, key: str) -> float:
             f"{key}: expected a positive duration ({DURATION_HELP}), got {_show(value)}"
         )
     return seconds
+
+
+_OFFSET_RE = re.compile(r"\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(ms|s|min|m|h)\s*")
+OFFSET_HELP = 'a signed number of seconds or a string like "-4.5s", "+500ms", "0s"'
+
+
+def parse_offset(value: object, key: str) -> float:
+    """Signed seconds from a number or a ``"-4.5s"``-style string (zero allowed)."""
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _OFFSET_RE.fullmatch(value)
+        if m:
+            seconds = float(m.group(2)) * _UNITS[m.group(3)] * (-1 if m.group(1) == "-" else 1)
+    if seconds is None or seconds != seconds or abs(seconds) > 86_400:
+        raise ScenarioError(
+            f"{key}: expected an offset ({OFFSET_HELP}; at most a day), got {_show(value)}"
+        )
+    return seconds
+
+
+def _offset_range(t: _Table, name: str, default: tuple[float, float]) -> tuple[float, float]:
+    value = t.get(name, None)
+    if value is None:
+        return default
+    if not isinstance(value, list):
+        one = parse_offset(value, t.key(name))
+        return (one, one)
+    if len(value) != 2:
+        raise ScenarioError(f"{t.key(name)}: expected [min, max] (two offsets), got {_show(value)}")
+    lo = parse_offset(value[0], f"{t.key(name)}[0]")
+    hi = parse_offset(value[1], f"{t.key(name)}[1]")
+    if lo > hi:
+        raise ScenarioError(f"{t.key(name)}: min {lo}s is greater than max {hi}s")
+    return (lo, hi)
 
 
 def _duration(t: _Table, name: str, default: float | None) -> float | None:
@@ -520,6 +577,15 @@ def _faults(t: _Table) -> Faults:
             f"got {zfactor}"
         )
     zt.done(("count", "factor"))
+    kt2 = t.table("clock_skew")
+    skewed = _int(kt2, "workers", 0, low=0, high=256)
+    offset = _offset_range(kt2, "offset", d.skew_offset)
+    drift = _number_range(kt2, "drift", d.skew_drift, low=0.0)
+    if drift[0] <= 0 or drift[1] > 10:
+        raise ScenarioError(
+            f"{kt2.key('drift')}: a clock rate must be in (0, 10] (1 = true rate), got {drift}"
+        )
+    kt2.done(("workers", "offset", "drift"))
     ct = t.table("cut_connections")
     cuts = _int(ct, "count", 0, low=0, high=100_000)
     ct.done(("count",))
@@ -550,6 +616,7 @@ def _faults(t: _Table) -> Faults:
             "pause",
             "server_restart",
             "server_pause",
+            "clock_skew",
             "cut_connections",
             "failover",
             "partition",
@@ -579,6 +646,9 @@ def _faults(t: _Table) -> Faults:
         loss_factor=(float(lfactor[0]), float(lfactor[1])),
         redrive_interval=redrive,
         warmup=warmup,
+        skewed_workers=skewed,
+        skew_offset=offset,
+        skew_drift=(float(drift[0]), float(drift[1])),
     )
 
 
@@ -623,6 +693,11 @@ def scenario_from_dict(
     faults = _faults(top.table("faults"))
     limits = _limits(top.table("limits"))
     top.done(_TOP_KEYS)
+    if faults.skewed_workers > workers.count:
+        raise ScenarioError(
+            f"faults.clock_skew.workers: {faults.skewed_workers} skewed slots, but the fleet "
+            f"has {workers.count} (workers.count); give at most {workers.count}"
+        )
     if faults.warmup >= duration and (
         faults.kills
         or faults.pauses

@@ -15,6 +15,9 @@ through a watchdog; see :mod:`rdq_compliance.chaos.fleet`). The process
   by rename); the main thread looks at it every 20 ms (no signal: a signal could arrive
   before a fresh process installed its handler); at the next occurrence of that point
   the worker journals ``info self_kill`` and SIGKILLs itself;
+- under a skewed clock (``time_base`` set: the fleet started it under libfaketime, see
+  :mod:`rdq_compliance.chaos.clock`) journals true time (its monotonic clock plus the
+  harness's ``time_base``) and sleeps on the real monotonic clock;
 - stops on SIGTERM (finishing the tasks in hand), and dies with its parent: the parent
   is the fleet's watchdog, and ``PR_SET_PDEATHSIG`` turns its death into our SIGKILL.
 """
@@ -37,6 +40,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+from rdq_compliance.chaos.clock import patch_sleep, true_time
 from rdq_compliance.chaos.events import INFO, Journal
 from rdq_compliance.chaos.journal_observer import JournalObserver, LockedJournal
 from rdq_compliance.provision.backend import StorageSpec
@@ -76,6 +80,9 @@ class WorkerConfig:
     retry_base: float
     retry_cap: float
     seed: int
+    #: The harness's ``time.time() - time.monotonic()`` when this worker's wall clock is
+    #: skewed (``None``: it is not): its journal's times are ``monotonic() + time_base``.
+    time_base: float | None = None
 
     def to_json(self) -> str:
         data = dict(self.__dict__)
@@ -331,7 +338,12 @@ def build_worker(
 
 def run(config: WorkerConfig) -> int:
     stop = threading.Event()
-    journal = LockedJournal(Journal(Path(config.journal), config.proc))
+    if config.time_base is not None:
+        patch_sleep()
+        journal_file = Journal(Path(config.journal), config.proc, true_time(config.time_base))
+    else:
+        journal_file = Journal(Path(config.journal), config.proc)
+    journal = LockedJournal(journal_file)
     switch = KillSwitch(Path(config.control), journal)
     blocked = Blocked()
     abandoned = Blocked()

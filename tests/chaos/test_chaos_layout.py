@@ -10,10 +10,16 @@ import rdq_compliance.chaos.checker as checker
 def test_each_rule_family_states_its_rules() -> None:
     """Every rule module's docstring names the rules it decides; together, in order,
     they are the checker's RULES."""
-    from rdq_compliance.chaos.checker import exclusion, final_state_rules, history, outcomes
+    from rdq_compliance.chaos.checker import (
+        clock,
+        exclusion,
+        final_state_rules,
+        history,
+        outcomes,
+    )
 
     ids: list[str] = []
-    for family in (exclusion, history, outcomes, final_state_rules):
+    for family in (exclusion, history, outcomes, final_state_rules, clock):
         for rule in family.RULE_IDS:
             assert f"``{rule}``" in (family.__doc__ or ""), (family.__name__, rule)
         ids.extend(family.RULE_IDS)

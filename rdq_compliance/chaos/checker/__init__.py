@@ -8,10 +8,11 @@ task, the workers, the claim tokens and a timeline excerpt of that task.
 
 Everything is decided from the storage's own times (integer microseconds, read from
 the storage's clock and reported in claim and heartbeat events, or kept in the
-attempt history), never from the wall clock of a process, and only from what the
-history proves: an operation left unknown (``info``, or an invoke whose process died)
-is never assumed to have failed, nor to have succeeded. A correct backend gives no
-violation, whatever the faults.
+attempt history), never from the wall clock of a process (but for ``storage-clock``,
+which orders calls in real time by the journals' true times to see that the storage's
+clock never ran backwards), and only from what the history proves: an operation left
+unknown (``info``, or an invoke whose process died) is never assumed to have failed,
+nor to have succeeded. A correct backend gives no violation, whatever the faults.
 
 Facts of the contract (SPEC §2, the SPI) the checker relies on:
 
@@ -42,6 +43,8 @@ The rules (one public function each; :func:`check` runs them all):
 :func:`check_dlq`                   ``dlq-complete``
 :func:`check_terminal_final`        ``terminal-final``
 :func:`check_final_status`          ``transition``
+:func:`check_storage_clock`         ``storage-clock`` (SPEC §2: one storage clock, never
+                                    running backwards in real-time order)
 ==================================  =================================================
 
 One assumption goes beyond the contract, and only where the history cannot say more:
@@ -69,12 +72,14 @@ The package, one job per module (each imports only the ones above it):
 ``outcomes``               ``fencing``, ``outcome-recorded``
 ``final_state_rules``      ``no-loss``, ``drain-*``, ``dlq-complete``, ``terminal-final``,
                            ``transition``
+``clock``                  ``storage-clock``
 ``compose``                :func:`check` (every rule) and :data:`RULES`
 =========================  ==============================================================
 """
 
 from __future__ import annotations
 
+from rdq_compliance.chaos.checker.clock import check_storage_clock
 from rdq_compliance.chaos.checker.compose import RULES, check
 from rdq_compliance.chaos.checker.exclusion import (
     check_lease_expired_recorded,
@@ -109,6 +114,7 @@ __all__ = [
     "check_no_loss",
     "check_outcomes_recorded",
     "check_reclaim_after_expiry",
+    "check_storage_clock",
     "check_terminal_final",
     "read_final_state",
 ]

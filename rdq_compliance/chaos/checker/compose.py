@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import rdq_compliance.chaos.checker.clock as clock
 import rdq_compliance.chaos.checker.exclusion as exclusion
 import rdq_compliance.chaos.checker.final_state_rules as final_state_rules
 import rdq_compliance.chaos.checker.history as history
@@ -26,12 +27,13 @@ ALL: tuple[Rule, ...] = (
     final_state_rules.DLQ,
     final_state_rules.TERMINAL,
     final_state_rules.FINAL_STATUS,
+    clock.STORAGE_CLOCK_RULE,
 )
 
 #: The rules this checker decides, by id, with what each says (from ``rdq_compliance.rules``).
 RULES: dict[str, str] = {
     rule: _RULE_TEXTS[rule]
-    for family in (exclusion, history, outcomes, final_state_rules)
+    for family in (exclusion, history, outcomes, final_state_rules, clock)
     for rule in family.RULE_IDS
 }
 

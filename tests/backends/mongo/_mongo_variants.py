@@ -19,6 +19,10 @@ a task the bug hit.
   the LEASE_EXPIRED attempt in a second one, after the claimed document was read (the
   claim hands out a task whose history lacks the attempt; a crash between the writes
   would lose it);
+- ``client_clock``: the claim's instant ``T`` — its filter (due and expired leases) and
+  the times it stamps — is the client's clock (``time.time_ns()``), not the server's
+  ``$$NOW``: only skewed client clocks show it (the clock-skew campaign,
+  ``test_mongo_clock_skew.py``);
 - ``faithful``: the real storage through this same module (the control).
 """
 
@@ -143,6 +147,14 @@ class ReclaimOutsideTheStep(MongoStorage):
         return claim
 
 
+class ClientClockFilter(MongoStorage):
+    """The claim filters and stamps with the client's datetime instead of ``$$NOW``."""
+
+    @staticmethod
+    def _now_us(db: Any) -> int:
+        return time.time_ns() // 1000
+
+
 class _Variant(MongoBackend):
     def __init__(self, name: str, storage: type[MongoStorage]) -> None:
         self.name = "mongo"
@@ -157,4 +169,5 @@ check_then_act = _Variant("check_then_act", CheckThenActClaim)
 fenced_by_id = _Variant("fenced_by_id", OutcomeFencedById)
 numbered_from_count = _Variant("numbered_from_count", LeaseExpiredNumberedFromCount)
 reclaim_outside_step = _Variant("reclaim_outside_step", ReclaimOutsideTheStep)
+client_clock = _Variant("client_clock", ClientClockFilter)
 faithful = _Variant("faithful", MongoStorage)
