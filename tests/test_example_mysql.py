@@ -235,3 +235,36 @@ def test_durability_follows_the_server_settings(flush, doublewrite, durable):
     got, why = rdq_mysql.storage.durability_of(flush, doublewrite)
     assert got is durable
     assert f"innodb_flush_log_at_trx_commit={flush}" in why
+
+
+def test_the_local_server_keeps_its_temporary_tables_to_itself(tmp_path):
+    """A MariaDB/MySQL server deletes every ``#sql*`` file of its tmpdir when it starts:
+    one the kit starts must not use the shared ``/tmp``, or it pulls the temporary tables
+    from under the machine's own server (seen in CI: "Error on delete of
+    '/tmp/#sql-temptable-...'" on the server at 3306 while a local rung started)."""
+    import tempfile
+
+    import pymysql
+
+    from rdq_compliance.provision import ProvisionRequest, ProvisionUnavailable
+
+    _rdq_mysql()
+    from rdq_mysql.plugin import backend
+
+    try:
+        server = backend.start_local_server(ProvisionRequest(workdir=tmp_path))
+    except ProvisionUnavailable as exc:
+        _need(False, f"no local mariadbd/mysqld: {exc}")
+    try:
+        port = int(server.dsn.rsplit(":", 1)[1].split("/")[0])
+        conn = pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=5)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@tmpdir")
+                (tmpdir,) = cur.fetchone()
+        finally:
+            conn.close()
+    finally:
+        server.close()
+    assert Path(tmpdir).resolve() != Path(tempfile.gettempdir()).resolve(), tmpdir
+    assert Path(tmpdir).name == "tmp" and "rdq-mysql" in tmpdir, tmpdir

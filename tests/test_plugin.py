@@ -220,7 +220,7 @@ def test_unknown_fault_is_a_collection_error_listing_the_known(
         [
             "*ERROR collecting test_typo.py*",
             "rdq: rdq_requires_fault: unknown fault 'kil_server'; known fault names: "
-            "cut_connections, kill_server, pause_server, restart_server "
+            "cut_connections, failover, kill_server, pause_server, restart_server "
             "(used by test_typo.py::TestFaults::test_fault_typo)",
         ]
     )

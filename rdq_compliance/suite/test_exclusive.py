@@ -32,10 +32,12 @@ Q = "race"
 RACE_DEADLINE_S = 30.0
 
 
-def test_threads_never_share_a_claim(rdq_storage, rdq_connect):
+def test_threads_never_share_a_claim(rdq_storage, rdq_connect, rdq_server):
     """Rule one-claim: 8 threads, each with its own storage handle, race to claim and
     complete 200 due tasks with small random limits; every task is claimed exactly once
-    and ends SUCCEEDED with exactly one attempt."""
+    and ends SUCCEEDED with exactly one attempt. The race may take
+    ``Server.race_time_factor`` times the usual deadline (a slow server)."""
+    race_deadline_s = RACE_DEADLINE_S * max(1.0, float(rdq_server.race_time_factor))
     threads, tasks = 8, 200
     ids = [enqueue(rdq_storage, Q) for _ in range(tasks)]
     handles = [rdq_connect() for _ in range(threads)]
@@ -50,7 +52,7 @@ def test_threads_never_share_a_claim(rdq_storage, rdq_connect):
                 seed=1000 + i,
                 max_limit=5,
                 lease=LONG_LEASE,
-                deadline_s=RACE_DEADLINE_S,
+                deadline_s=race_deadline_s,
                 max_claims=tasks,
                 start=start,
             )

@@ -142,8 +142,16 @@ class LocalMySql(ProcessSlot):
     def socket(self) -> Path:
         return self.base / "mysqld.sock"
 
+    @property
+    def tmpdir(self) -> Path:
+        """The server's own folder for temporary tables. Never the shared ``/tmp``: at
+        startup a server deletes every ``#sql*`` file in its tmpdir, which would pull the
+        temporary tables from under any other MariaDB/MySQL server using ``/tmp``."""
+        return self.base / "tmp"
+
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MYSQL")}
+        env["TMPDIR"] = str(self.tmpdir)  # the installer's bootstrap server reads it too
         if self.user is not None:
             env.update(HOME=self.user.home or "/", USER=self.user.name, LOGNAME=self.user.name)
         return env
@@ -151,8 +159,10 @@ class LocalMySql(ProcessSlot):
     def initialize(self) -> None:
         """Create the data directory (as the server user)."""
         self.init_file.write_text(_INIT_SQL)
+        self.tmpdir.mkdir(mode=0o700, exist_ok=True)
         if self.user is not None:
             os.chown(self.init_file, self.user.uid, self.user.gid)
+            os.chown(self.tmpdir, self.user.uid, self.user.gid)
         if self.mariadb and self.installer is not None:
             argv: list[str | os.PathLike[str]] = [
                 self.installer,
@@ -190,6 +200,7 @@ class LocalMySql(ProcessSlot):
             "--bind-address=127.0.0.1",
             f"--socket={self.socket}",
             f"--pid-file={self.base / 'mysqld.pid'}",
+            f"--tmpdir={self.tmpdir}",
             f"--init-file={self.init_file}",
             "--skip-name-resolve",
             "--skip-log-bin",
