@@ -10,8 +10,10 @@ come from the backend object (:attr:`Backend.expected_failures
 ``pyproject.toml``; for one test, a test-id entry wins over a rule entry.
 
 The tests an entry covers still run. A failure is reported as an expected failure with
-the reason; a pass fails the run (strict: the gap is fixed, or the test no longer checks
-what it did — either way the ledger must change); a failure that names a *different* rule
+the reason. Strictness (either way the ledger must change): a test under a test-id entry
+that passes fails the run; a rule entry is strict as a whole — its tests that the gap does
+not touch may pass, but once none of them fails the entry is stale and the run fails
+(:meth:`rdq_compliance.summary.Summary.stale_rule_entries`); a failure that names a *different* rule
 than the entry's is a failure too (a new regression must not hide behind an old gap). An
 entry that is neither a known rule id nor any test's id is a usage error listing the close
 matches. Pure: no pytest here; the plugin applies what :meth:`Ledger.entry_for` says.

@@ -81,6 +81,7 @@ class Summary:
         self._servers: list[dict[str, str]] = []
         self._faults: list[dict[str, object]] = []
         self._chaos_reports: list[str] = []
+        self._stale: dict[str, int] = {}
 
     # ---- gathering ----------------------------------------------------------------------
 
@@ -186,16 +187,38 @@ class Summary:
             lines.append(f"    {rule}: {len(nodeids)} ({_names(nodeids)})")
         return lines, "rules (see the failures above, or rdq.rule in the JUnit XML)"
 
+    def stale_rule_entries(self, rule_keys: Iterable[str]) -> dict[str, int]:
+        """Rule entries of the ledger that covered tests of this run, none of which failed
+        (every one passed): rule -> how many tests it covered. Remembered for the
+        summary."""
+        covered: dict[str, list[str]] = {}
+        for test in self._tests.values():
+            key = _entry_key(test.expected)
+            if key is not None and test.category in ("xfailed", "xpassed"):
+                covered.setdefault(key, []).append(test.category)
+        self._stale = {
+            key: len(covered[key])
+            for key in rule_keys
+            if covered.get(key) and "xfailed" not in covered[key]
+        }
+        return self._stale
+
     def _ledger(self) -> tuple[list[str], str]:
         xfailed = [(n, t) for n, t in self._tests.items() if t.category == "xfailed"]
         fixed = [(n, t) for n, t in self._tests.items() if t.strict_xpass]
-        if not xfailed and not fixed:
+        stale = self._stale
+        if not xfailed and not fixed and not stale:
             return [], ""
         lines = []
         if xfailed:
             lines.append(f"  expected failures (ledger): {len(xfailed)}")
             for nodeid, test in xfailed:
                 lines.append(f"    {_short(nodeid)}: {test.expected or test.reason}")
+        for key, n in sorted(stale.items()):
+            lines.append(
+                f"  ledger rule entry {key!r}: all {n} of its tests PASSED (strict: the gap "
+                "is fixed; remove the entry)"
+            )
         if fixed:
             lines.append(
                 f"  ledger entries whose test PASSED (strict: fix the ledger): {len(fixed)}"
@@ -241,6 +264,13 @@ def _faults(counters: dict[str, object]) -> str:
     )
     parts = [f"{counters[k]} {label}" for k, label in labels if counters.get(k)]
     return ", ".join(parts) or "none"
+
+
+def _entry_key(expected: str | None) -> str | None:
+    """The ledger key of a test's ``rdq.expected-failure`` property (``reason [key]``)."""
+    if not expected or not expected.endswith("]") or " [" not in expected:
+        return None
+    return expected.rsplit(" [", 1)[1][:-1]
 
 
 def _short(nodeid: str) -> str:

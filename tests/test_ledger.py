@@ -161,6 +161,32 @@ def test_a_strict_entry_whose_test_passes_is_reported(pytester: pytest.Pytester)
     assert "violations by rule: none" in summary  # a passing test broke no rule
 
 
+def test_a_rule_entry_lets_its_other_tests_pass_and_fails_once_none_fails(
+    pytester: pytest.Pytester,
+) -> None:
+    """A rule entry is strict as a whole: tests of the rule that the gap does not touch
+    may pass (XPASS, not a failure) while one still fails; once none fails, the entry is
+    stale and the run fails, naming it."""
+    entry = '[tool.rdq.expected-failures]\n"claim-limit" = "ignores the limit (issue 99)"\n'
+    pytester.makepyprojecttoml(entry)
+    mixed = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", LIMIT_IGNORED, "-k", "test_claim.py and not own_queue", "-q"
+    )
+    outcomes = _outcomes(mixed)
+    assert outcomes[EXACT] == "xfailed", mixed.stdout.str()[-3000:]
+    assert "xpassed" in _summary(mixed) and " 1 xpassed" in mixed.stdout.str()
+    assert mixed.ret == 0, mixed.stdout.str()[-3000:]
+    assert "ledger rule entry" not in _summary(mixed)
+    fixed = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--rdq-backend=memory", "-k", "test_claim.py", "-q"
+    )
+    assert fixed.ret == 1, fixed.stdout.str()[-3000:]
+    assert "failed" not in _outcomes(fixed).values()
+    summary = _summary(fixed)
+    assert "ledger rule entry 'claim-limit': all " in summary
+    assert "(strict: the gap is fixed; remove the entry)" in summary
+
+
 def test_a_failure_under_another_rule_than_the_entrys_is_reported(
     pytester: pytest.Pytester,
 ) -> None:
