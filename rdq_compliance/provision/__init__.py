@@ -24,6 +24,8 @@ One small module per job:
                           reaped when the kit dies) from a :class:`ContainerSpec`, the
                           :class:`KitContainer` it returns (address, faults, removal),
                           :func:`check_network_mode` for a ``*_network`` option
+``container_server``      :class:`ContainerFaults`, the mixin that gives a container
+                          rung's ``Server`` its faults (kill, restart, pause) and close
 ========================  ===============================================================
 
 **Import rule.** A backend's *storage* half imports only :mod:`rdq_core` and its driver,
@@ -55,6 +57,7 @@ from rdq_compliance.provision.binaries import (
     find_binary,
     search_dirs,
 )
+from rdq_compliance.provision.container_server import ContainerFaults
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
@@ -95,6 +98,7 @@ __all__ = [
     "RESTART_SERVER",
     "Backend",
     "BinaryNotFound",
+    "ContainerFaults",
     "ContainerSpec",
     "KitContainer",
     "ManagedProcess",

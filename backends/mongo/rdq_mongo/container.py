@@ -28,8 +28,6 @@ Options: ``mongo_image``, ``mongo_network``, ``mongo_start_timeout``
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from pathlib import Path
 
 import pymongo.errors as px
@@ -40,6 +38,7 @@ from rdq_compliance.provision.backend import (
     RESTART_SERVER,
     ProvisionRequest,
 )
+from rdq_compliance.provision.container_server import ContainerFaults
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
     KitContainer,
@@ -83,7 +82,7 @@ def _wait_ready(container: KitContainer, uri: str, timeout: float, secantus: boo
     container.wait_ready(probe, timeout, errors=(px.PyMongoError, OSError))
 
 
-class ContainerMongoServer(MongoServer):
+class ContainerMongoServer(ContainerFaults, MongoServer):
     """MongoDB or SecantusDB in a container the kit started (see the module docstring)."""
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER})
@@ -91,39 +90,14 @@ class ContainerMongoServer(MongoServer):
     def __init__(self, container: KitContainer, uri: str, timeout: float, secantus: bool) -> None:
         super().__init__(uri)
         self.origin = f"{container.describe()}: {self.flavour.label}"
-        self.container, self._timeout, self._secantus = container, timeout, secantus
-        self._fault_lock = threading.Lock()
-        self._closed = False
+        self.hold_container(container)
+        self._timeout, self._secantus = timeout, secantus
 
-    def kill(self) -> None:
-        with self._fault_lock:
-            self.container.kill()
-            self._forget_admin_client()
+    def forget_connections(self) -> None:
+        self._forget_admin_client()
 
-    def restart(self) -> None:
-        with self._fault_lock:
-            self.container.restart()
-            self._forget_admin_client()
-            _wait_ready(self.container, self.dsn, self._timeout, self._secantus)
-
-    def pause(self) -> None:
-        with self._fault_lock:
-            self.container.pause()
-
-    def resume(self) -> None:
-        with self._fault_lock:
-            self.container.resume()
-
-    def close(self) -> None:
-        with self._fault_lock:
-            if self._closed:
-                return
-            self._closed = True
-            with contextlib.suppress(Exception):
-                self.container.resume()
-            with contextlib.suppress(Exception):
-                super().close()
-            self.container.remove()
+    def wait_ready(self) -> None:
+        _wait_ready(self.container, self.dsn, self._timeout, self._secantus)
 
 
 def start_container(request: ProvisionRequest) -> ContainerMongoServer:

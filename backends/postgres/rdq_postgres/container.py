@@ -26,9 +26,7 @@ Plugin half: built from :mod:`rdq_compliance.provision` on
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-import threading
 
 import psycopg
 
@@ -39,6 +37,7 @@ from rdq_compliance.provision.backend import (
     RESTART_SERVER,
     ProvisionRequest,
 )
+from rdq_compliance.provision.container_server import ContainerFaults
 from rdq_compliance.provision.containers import docker_unavailable_reason
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
@@ -79,47 +78,21 @@ def _wait_ready(container: KitContainer, dsn: str, timeout: float) -> None:
     container.wait_ready(connect, timeout, errors=(psycopg.Error,))
 
 
-class ContainerPostgresServer(PostgresServer):
+class ContainerPostgresServer(ContainerFaults, PostgresServer):
     """A PostgreSQL server in a container the kit started (see the module docstring)."""
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
     def __init__(self, container: KitContainer, dsn: str, timeout: float) -> None:
         super().__init__(dsn, origin=container.describe())
-        self.container = container
+        self.hold_container(container)
         self._timeout = timeout
-        self._fault_lock = threading.Lock()
-        self._closed = False
 
-    def kill(self) -> None:
-        with self._fault_lock:
-            self.container.kill()
-            self._forget_admin_connection()
+    def forget_connections(self) -> None:
+        self._forget_admin_connection()
 
-    def restart(self) -> None:
-        with self._fault_lock:
-            self.container.restart()
-            self._forget_admin_connection()
-            _wait_ready(self.container, self.dsn, self._timeout)
-
-    def pause(self) -> None:
-        with self._fault_lock:
-            self.container.pause()
-
-    def resume(self) -> None:
-        with self._fault_lock:
-            self.container.resume()
-
-    def close(self) -> None:
-        with self._fault_lock:
-            if self._closed:
-                return
-            self._closed = True
-            with contextlib.suppress(Exception):
-                self.container.resume()
-            with contextlib.suppress(Exception):
-                super().close()
-            self.container.remove()  # the container and its volume
+    def wait_ready(self) -> None:
+        _wait_ready(self.container, self.dsn, self._timeout)
 
 
 def start_container(request: ProvisionRequest) -> ContainerPostgresServer:

@@ -30,9 +30,6 @@ Plugin half: built from :mod:`rdq_compliance.provision` on
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -45,6 +42,7 @@ from rdq_compliance.provision.backend import (
     ProvisionRequest,
     ProvisionUnavailable,
 )
+from rdq_compliance.provision.container_server import ContainerFaults
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
     KitContainer,
@@ -96,47 +94,21 @@ def _wait_ready(container: KitContainer, dsn: str, timeout: float) -> None:
     container.wait_ready(ping, timeout, errors=(redis.RedisError, OSError))
 
 
-class ContainerRedisServer(RedisServer):
+class ContainerRedisServer(ContainerFaults, RedisServer):
     """A Redis server in a container the kit started (see the module docstring)."""
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
     def __init__(self, container: KitContainer, dsn: str, persistence: str, timeout: float) -> None:
         super().__init__(dsn, origin=f"{container.describe()} (persistence {persistence})")
-        self.container = container
+        self.hold_container(container)
         self._timeout = timeout
-        self._fault_lock = threading.Lock()
-        self._closed = False
 
-    def kill(self) -> None:
-        with self._fault_lock:
-            self.container.kill()
-            self._forget_admin_client()
+    def forget_connections(self) -> None:
+        self._forget_admin_client()
 
-    def restart(self) -> None:
-        with self._fault_lock:
-            self.container.restart()
-            self._forget_admin_client()
-            _wait_ready(self.container, self.dsn, self._timeout)
-
-    def pause(self) -> None:
-        with self._fault_lock:
-            self.container.pause()
-
-    def resume(self) -> None:
-        with self._fault_lock:
-            self.container.resume()
-
-    def close(self) -> None:
-        with self._fault_lock:
-            if self._closed:
-                return
-            self._closed = True
-            with contextlib.suppress(Exception):
-                self.container.resume()
-            with contextlib.suppress(Exception):
-                super().close()
-            self.container.remove()  # the container and its volume
+    def wait_ready(self) -> None:
+        _wait_ready(self.container, self.dsn, self._timeout)
 
 
 def start_container(request: ProvisionRequest) -> ContainerRedisServer:

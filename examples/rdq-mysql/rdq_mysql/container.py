@@ -18,9 +18,7 @@ again: its data volume is kept, InnoDB recovers), ``pause_server`` (``docker pau
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-import threading
 
 import pymysql
 
@@ -29,6 +27,7 @@ from rdq_compliance.provision import (
     KILL_SERVER,
     PAUSE_SERVER,
     RESTART_SERVER,
+    ContainerFaults,
     ContainerSpec,
     KitContainer,
     ProvisionRequest,
@@ -66,7 +65,7 @@ def _wait_ready(container: KitContainer, port: int, password: str, timeout: floa
     container.wait_ready(connect, timeout, errors=(pymysql.err.MySQLError, OSError))
 
 
-class ContainerMySqlServer(MySqlServer):
+class ContainerMySqlServer(ContainerFaults, MySqlServer):
     """A MariaDB server in a container the kit started (see the module docstring)."""
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
@@ -74,41 +73,15 @@ class ContainerMySqlServer(MySqlServer):
     def __init__(self, container: KitContainer, password: str, timeout: float) -> None:
         dsn = make_dsn("127.0.0.1", container.host_port, "root", _DATABASE, password)
         super().__init__(dsn, origin=container.describe())
-        self.container = container
+        self.hold_container(container)
         self._password = password
         self._timeout = timeout
-        self._fault_lock = threading.Lock()
-        self._closed = False
 
-    def kill(self) -> None:
-        with self._fault_lock:
-            self.container.kill()
-            self._forget_admin_connection()
+    def forget_connections(self) -> None:
+        self._forget_admin_connection()
 
-    def restart(self) -> None:
-        with self._fault_lock:
-            self.container.restart()
-            self._forget_admin_connection()
-            _wait_ready(self.container, self.container.host_port, self._password, self._timeout)
-
-    def pause(self) -> None:
-        with self._fault_lock:
-            self.container.pause()
-
-    def resume(self) -> None:
-        with self._fault_lock:
-            self.container.resume()
-
-    def close(self) -> None:
-        with self._fault_lock:
-            if self._closed:
-                return
-            self._closed = True
-            with contextlib.suppress(Exception):
-                self.container.resume()
-            with contextlib.suppress(Exception):
-                super().close()
-            self.container.remove()  # the container and its volume
+    def wait_ready(self) -> None:
+        _wait_ready(self.container, self.container.host_port, self._password, self._timeout)
 
 
 def start_container(request: ProvisionRequest) -> ContainerMySqlServer:

@@ -1,0 +1,84 @@
+"""The fault verbs of a ``Server`` whose server runs in one :class:`KitContainer`.
+
+Every container rung's server has the same ones, so a backend's container server is its
+``Server`` with this mixin first among the bases::
+
+    class ContainerMyServer(ContainerFaults, MyServer):
+        faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER})
+
+        def __init__(self, container: KitContainer, dsn: str) -> None:
+            super().__init__(dsn, origin=container.describe())
+            self.hold_container(container)
+
+        def forget_connections(self) -> None:  # the admin connections died with it
+            ...
+
+        def wait_ready(self) -> None:  # after a restart
+            ...
+
+- :meth:`kill`: ``docker kill`` (SIGKILL to the server, PID 1); it stays down;
+- :meth:`restart`: the same container started again, its volume (the data) kept, on the
+  same address; returns once :meth:`wait_ready` does;
+- :meth:`pause` / :meth:`resume`: ``docker pause`` / ``unpause`` (the cgroup freezer);
+- :meth:`close`: resume, the server's own ``close`` (drop the namespaces it made), then
+  remove the container and its volume; idempotent.
+
+One lock orders them, so a fault never overlaps another or the close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from rdq_compliance.provision.kit_container import KitContainer
+
+__all__ = ["ContainerFaults"]
+
+
+class ContainerFaults:
+    """Mixin: the container faults of a ``Server`` (see the module docstring)."""
+
+    container: KitContainer
+
+    def hold_container(self, container: KitContainer) -> None:
+        """Call once from ``__init__``: the container these faults act on."""
+        self.container = container
+        self._fault_lock = threading.Lock()
+        self._closed = False
+
+    def forget_connections(self) -> None:
+        """The server's own connections died with the container: drop them (override)."""
+
+    def wait_ready(self) -> None:
+        """Return once the restarted server answers (override)."""
+
+    def kill(self) -> None:
+        with self._fault_lock:
+            self.container.kill()
+            self.forget_connections()
+
+    def restart(self) -> None:
+        with self._fault_lock:
+            self.container.restart()
+            self.forget_connections()
+            self.wait_ready()
+
+    def pause(self) -> None:
+        with self._fault_lock:
+            self.container.pause()
+
+    def resume(self) -> None:
+        with self._fault_lock:
+            self.container.resume()
+
+    def close(self) -> None:
+        with self._fault_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self.container.resume()
+            with contextlib.suppress(Exception):
+                super().close()  # type: ignore[misc]  # the Server's own close
+            self.container.remove()  # the container and its volume
