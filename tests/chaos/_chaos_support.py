@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,6 +11,8 @@ import psutil
 import pytest
 
 from rdq_compliance import registry
+from rdq_compliance.chaos.results import CampaignResult
+from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.provision.backend import ProvisionUnavailable
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
@@ -51,3 +54,26 @@ def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
         if left:
             time.sleep(0.1)
     return left
+
+
+def broken_workers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, victims_env: str) -> Path:
+    """Worker processes import this folder's broken backends (``PYTHONPATH``), and record
+    their victims in the file named by ``victims_env``; that file's path."""
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), *parts]))
+    victims = tmp_path / "victims.txt"
+    monkeypatch.setenv(victims_env, str(victims))
+    return victims
+
+
+def calm_then_faulted(
+    session: Session, faulted: Scenario, calm: Scenario, tmp_path: Path, victims: Path
+) -> CampaignResult:
+    """The control run (``calm``: the fault left out) must pass with no victim; then the
+    faulted run's result (report in ``tmp_path / "faulted"``)."""
+    from rdq_compliance.chaos.runner import run_campaign
+
+    quiet = run_campaign(calm, session=session, outdir=tmp_path / "calm")
+    assert quiet.checked and quiet.violations == [], [str(v)[:300] for v in quiet.violations]
+    assert not victims.exists(), f"the variant struck without the fault: {victims.read_text()}"
+    return run_campaign(faulted, session=session, outdir=tmp_path / "faulted")

@@ -269,12 +269,9 @@ def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):
 
 @pytest.fixture
 def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    here = str(Path(__file__).resolve().parent)
-    path = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", here + (os.pathsep + path if path else ""))
-    victims = tmp_path / "victims.txt"
-    monkeypatch.setenv("RDQ_PARTITION_VICTIMS", str(victims))
-    return victims
+    from _chaos_support import broken_workers
+
+    return broken_workers(monkeypatch, tmp_path, "RDQ_PARTITION_VICTIMS")
 
 
 @pytest.mark.parametrize("server", ["postgres", "redis", "mongo"])
@@ -308,9 +305,7 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     the previous holder's lease was extended), a task whose heartbeat it took as applied,
     and both workers."""
     _needs_netns()
-    from _chaos_support import start_session
-
-    from rdq_compliance.chaos.runner import run_campaign
+    from _chaos_support import calm_then_faulted, start_session
 
     victims = workers_import_this_folder
     name = f"_broken_partition_backends:{server}_hb_timeout_taken_as_extended"
@@ -318,13 +313,10 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     try:
         cut = load_scenario(PARTITION)
         calm = replace(cut, faults=replace(cut.faults, partitions=0))
-        quiet = run_campaign(calm, session=session, outdir=tmp_path / "calm")
-        assert quiet.checked and quiet.violations == [], [str(v) for v in quiet.violations]
-        assert not victims.exists(), "a heartbeat timed out without a partition"
-        result = run_campaign(cut, session=session, outdir=tmp_path / "cut")
+        result = calm_then_faulted(session, cut, calm, tmp_path, victims)
     finally:
         session.close()
-    where = f"report folder: {tmp_path / 'cut'}"
+    where = f"report folder: {tmp_path / 'faulted'}"
     assert result.counters.partitions == 5, result.counters.notes
     assert result.checked, f"{result.checker_error}; {where}"
     taken = set(victims.read_text().split()) if victims.exists() else set()

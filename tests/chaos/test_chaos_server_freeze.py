@@ -7,7 +7,6 @@ that exposes a storage which takes an unanswered report as applied
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -164,12 +163,9 @@ FREEZE = Path(__file__).resolve().parent / "freeze.toml"
 
 @pytest.fixture
 def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    here = str(Path(__file__).resolve().parent)
-    path = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", here + (os.pathsep + path if path else ""))
-    victims = tmp_path / "victims.txt"
-    monkeypatch.setenv("RDQ_FREEZE_VICTIMS", str(victims))
-    return victims
+    from _chaos_support import broken_workers
+
+    return broken_workers(monkeypatch, tmp_path, "RDQ_FREEZE_VICTIMS")
 
 
 @pytest.mark.parametrize("server", ["postgres", "redis"])
@@ -180,9 +176,7 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
     naming the rule (``fencing``: the acknowledged outcome names a claim the history ended
     LEASE_EXPIRED and reclaimed; or ``outcome-recorded``), a task whose report it took as
     applied, and the workers."""
-    from _chaos_support import start_session
-
-    from rdq_compliance.chaos.runner import run_campaign
+    from _chaos_support import calm_then_faulted, start_session
 
     victims = workers_import_this_folder
     name = f"_broken_freeze_backends:{server}_acks_timed_out_reports"
@@ -192,13 +186,10 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
             pytest.fail(f"the {server} server the kit started cannot be paused")
         frozen = load_scenario(FREEZE)
         calm = replace(frozen, faults=replace(frozen.faults, server_pauses=0))
-        quiet = run_campaign(calm, session=session, outdir=tmp_path / "calm")
-        assert quiet.checked and quiet.violations == [], [str(v) for v in quiet.violations]
-        assert not victims.exists(), "a report timed out without a freeze"
-        result = run_campaign(frozen, session=session, outdir=tmp_path / "frozen")
+        result = calm_then_faulted(session, frozen, calm, tmp_path, victims)
     finally:
         session.close()
-    where = f"report folder: {tmp_path / 'frozen'}"
+    where = f"report folder: {tmp_path / 'faulted'}"
     assert result.counters.server_pauses == 2, result.counters.notes
     assert result.checked, f"{result.checker_error}; {where}"
     taken = set(victims.read_text().split()) if victims.exists() else set()
