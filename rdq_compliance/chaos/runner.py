@@ -40,8 +40,7 @@ from rdq_compliance.chaos.checker import FinalState, Violation, check, read_fina
 from rdq_compliance.chaos.events import OK, Event, Journal, read_history
 from rdq_compliance.chaos.faults import clock_skew
 from rdq_compliance.chaos.faults.network import FAMILY as NETWORK
-from rdq_compliance.chaos.faults.network import network_for
-from rdq_compliance.chaos.faults.worker_network import WorkerNetwork
+from rdq_compliance.chaos.faults.worker_network import WorkerNetwork, network_for
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults

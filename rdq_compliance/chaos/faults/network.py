@@ -15,7 +15,8 @@ due.
 - ``loss``, the milder variant: the same, but only ``percent`` % of those slots' packets
   are dropped (TCP retransmits: calls slow down, some past the lease), then ``heal``.
 
-Planned only when the campaign built the namespaces (:func:`network_for`: root, ``ip``,
+Planned only when the campaign built the namespaces
+(:func:`~rdq_compliance.chaos.faults.worker_network.network_for`: root, ``ip``,
 ``nft``, a server reached at one TCP address); else left out with a note saying why. A
 slot is never left cut off: a failed heal is retried at every tick, and at the drain.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
@@ -40,11 +41,7 @@ from rdq_compliance.chaos.faults.family import (
     TimelineDraft,
 )
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
-from rdq_compliance.chaos.faults.worker_network import WorkerNetwork, worker_network
 from rdq_compliance.chaos.journal_observer import error_text
-
-if TYPE_CHECKING:
-    from rdq_compliance.provision.backend import Server
 
 #: Why partitions are left out when the runner built no network for them.
 NO_NETWORK = "the campaign built no network namespaces for its workers"
@@ -256,20 +253,6 @@ class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):
             mark = cut_off.pop(key)
             mark.end = t
             mark.label += ", then healed"
-
-
-def network_for(
-    settings: NetworkSettings, server: Server, slots: int, backend: str
-) -> tuple[WorkerNetwork | None, str]:
-    """The workers' network when the scenario partitions them, else ``(None, why not)``."""
-    if not settings.partitions and not settings.losses:
-        return None, NO_NETWORK
-    return worker_network(
-        server,
-        slots,
-        backend,
-        loss_percent=settings.loss_percent if settings.losses else 0,
-    )
 
 
 FAMILY = NetworkFaults()
