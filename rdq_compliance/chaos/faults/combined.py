@@ -47,10 +47,12 @@ class Families:
                     f"already {other!r}'s; rename one"
                 )
 
+        names: set[str] = set()
         for family in self._families:
-            if not family.name:
-                raise ValueError(f"{type(family).__name__}: a fault family needs a name")
-            claim("family name", family.name, family)
+            if not family.name or family.name in names:
+                why = "needs a name" if not family.name else f"is named {family.name!r} twice"
+                raise ValueError(f"fault families clash: {type(family).__name__} {why}")
+            names.add(family.name)
             for table in family.tables:
                 claim("key of [faults]", table, family)
             for kind in family.kinds:
