@@ -54,11 +54,12 @@ Example (``chaos/standard.toml`` is the full one)::
     offset = ["-4.5s", "4.5s"]   # each slot's offset from true time, drawn per slot
     drift = [0.9, 1.1]           # each slot's clock rate (1 = true rate), drawn per slot
 
-Each ``[faults.*]`` table belongs to a fault family, which reads and checks it and
-documents it (:mod:`rdq_compliance.chaos.faults`: ``process``, ``server``, ``clock_skew``,
-``connections``, ``failover``, ``network``, ``redrive``); this module reads the rest
-(the top-level keys, ``[workers]``, ``[workload]``, ``[limits]``) with the same
-:class:`~rdq_compliance.chaos.faults.tables.Table` readers, and ``warmup``.
+Each ``[faults.*]`` table belongs to a fault family, which reads, checks and documents
+it (:mod:`rdq_compliance.chaos.faults`: ``process``, ``server``, ``clock_skew``,
+``connections``, ``failover``, ``network``, ``redrive``); ``[faults] warmup`` (no fault
+before that many seconds into the window, default 1) belongs to none. This module reads
+the rest (the top-level keys, ``[workers]``, ``[workload]``, ``[limits]``) with the same
+:class:`~rdq_compliance.chaos.faults.tables.Table` readers.
 """
 
 from __future__ import annotations

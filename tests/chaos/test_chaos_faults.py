@@ -65,7 +65,7 @@ class FlipFaults(FaultFamily[FlipSettings, FlipCounts]):
     name = "flip"
     tables = ("flip",)
     kinds = (Kind("flip", 85, talks_to_server=True),)
-    rows = (Row(95, "flips", "switch flips", summary="switch flips"),)
+    rows = (Row(95, "flips", label="switch flips", summary="switch flips"),)
     marks = ("flip",)
     styles = (Style("flip", "rule", "#123456"),)
     legend = (Legend(110, "switch flipped", "background:#123456"),)

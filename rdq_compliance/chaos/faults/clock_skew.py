@@ -82,7 +82,7 @@ class ClockSkewFaults(FaultFamily[ClockSkewSettings, ClockSkewCounts]):
         Row(
             80,
             "clock_skews",
-            "clock skews",
+            label="clock skews",
             summary="clock-skewed workers",
             live=_live,
             said=lambda c: f"{c.clock_skews} skewed workers",

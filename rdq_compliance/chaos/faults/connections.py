@@ -49,7 +49,7 @@ class ConnectionFaults(FaultFamily[ConnectionSettings, ConnectionCounts]):
     name = "connections"
     tables = ("cut_connections",)
     kinds = (Kind("cut_connections", 40, talks_to_server=True),)
-    rows = (Row(60, "connection_cuts", "connection cuts", summary="connection cuts"),)
+    rows = (Row(60, "connection_cuts", label="connection cuts", summary="connection cuts"),)
     marks = ("cut_connections",)
     styles = (Style("cut", "rule", "#2980b9"),)
     legend = (Legend(30, "connections cut", "background:#2980b9"),)

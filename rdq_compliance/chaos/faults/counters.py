@@ -63,6 +63,9 @@ class Counters:
             raise AttributeError(f"no fault family counts {name!r}")
         setattr(owner, name, value)
 
+    def __repr__(self) -> str:
+        return f"Counters({self.as_dict()}, notes={self.notes!r})"
+
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
         for family in self.families:

@@ -61,7 +61,7 @@ class FailoverFaults(FaultFamily[FailoverSettings, FailoverCounts]):
     name = "failover"
     tables = ("failover",)
     kinds = (Kind("failover", 10, talks_to_server=True),)
-    rows = (Row(50, "failovers", "failovers", summary="failovers"),)
+    rows = (Row(50, "failovers", label="failovers", summary="failovers"),)
     marks = ("failover", "promoted")
     styles = (Style("failover", "band", "#9b59b6", "0.25"),)
     legend = (Legend(70, "failover", "background:#9b59b6;opacity:.45"),)

@@ -282,6 +282,16 @@ class FaultFamily(Generic[S, C]):
     styles: ClassVar[tuple[Style, ...]] = ()
     legend: ClassVar[tuple[Legend, ...]] = ()
 
+    def __eq__(self, other: object) -> bool:
+        """Families are equal by kind (a copied or unpickled scenario equals its original)."""
+        return type(self) is type(other) and self.name == getattr(other, "name", None)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.name))
+
+    def __repr__(self) -> str:
+        return f"<fault family {self.name!r}>"
+
     # ---- the scenario ---------------------------------------------------------------------
 
     def parse(self, faults: Table) -> S:

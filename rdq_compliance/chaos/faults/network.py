@@ -86,7 +86,7 @@ class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):
         Row(
             70,
             "partitions",
-            "partitions",
+            label="partitions",
             summary="partitions",
             live=lambda c: f"{c.partitions} ({c.partitioned_workers} workers, {c.heals} healed)",
             said=lambda c: f"{c.partitions} partitions ({c.partitioned_workers} workers cut off)",

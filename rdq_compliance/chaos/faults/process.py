@@ -104,7 +104,7 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
         Row(
             10,
             "kills",
-            "kills",
+            label="kills",
             live=lambda c: f"{c.total_kills}  ({c.points() or '-'})",
             said=lambda c: f"{c.total_kills} SIGKILLs ({c.points() or 'none'})",
         ),
@@ -112,7 +112,7 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
         Row(
             20,
             "pauses",
-            "pauses",
+            label="pauses",
             summary="worker pauses",
             said=lambda c: f"{c.pauses} pauses past the lease",
         ),

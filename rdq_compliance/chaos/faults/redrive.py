@@ -55,7 +55,7 @@ class RedriveFaults(FaultFamily[RedriveSettings, RedriveCounts]):
         Row(
             90,
             "redrives",
-            "redrives",
+            label="redrives",
             summary="redrives",
             live=lambda c: f"{c.redrives} ({c.redriven_tasks} tasks)",
             said=lambda c: f"{c.redrives} redrives ({c.redriven_tasks} tasks)",

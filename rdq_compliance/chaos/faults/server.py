@@ -79,8 +79,8 @@ class ServerFaults(FaultFamily[ServerSettings, ServerCounts]):
     )
     rows = (
         Row(25, "server_kills", summary="server kills"),
-        Row(30, "server_restarts", "server restarts", summary="server restarts"),
-        Row(40, "server_pauses", "server freezes", summary="server freezes"),
+        Row(30, "server_restarts", label="server restarts", summary="server restarts"),
+        Row(40, "server_pauses", label="server freezes", summary="server freezes"),
     )
     marks = ("kill_server", "restart_server", "pause_server", "resume_server")
     styles = (
