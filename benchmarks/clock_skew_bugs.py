@@ -74,7 +74,7 @@ def run(backend: str, dsn: str | None, module_dir: Path, workdir: Path, skewed: 
     sys.path.insert(0, str(module_dir))
     scenario = load_scenario("clock")
     if not skewed:
-        scenario = replace(scenario, faults=replace(scenario.faults, skewed_workers=0))
+        scenario = replace(scenario, faults=scenario.faults.replace(skewed_workers=0))
     t0 = time.monotonic()
     with Session(Settings(backend=backend, dsn=dsn, docker=False), workdir=workdir) as s:
         result = run_campaign(scenario, session=s, outdir=workdir / "out")

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             session = start_session(name, Path(tmp) / "server")
             try:
                 cut = load_scenario("partition")
-                calm = replace(cut, faults=replace(cut.faults, partitions=0))
+                calm = replace(cut, faults=cut.faults.replace(partitions=0))
                 for label, scenario in (("none", calm), ("5 x 2 workers", cut)):
                     r = run_campaign(scenario, session=session, outdir=Path(tmp) / label[:4])
                     found = bugs.first_found(r, RULES)

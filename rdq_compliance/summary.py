@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rdq_compliance.chaos.faults.display import summary_words
+
 __all__ = ["MAX_LINES", "SUITES", "Outcome", "Summary"]
 
 #: The suites, in the order the summary lists them.
@@ -250,20 +252,7 @@ class Summary:
 
 
 def _faults(counters: dict[str, object]) -> str:
-    labels = (
-        ("total_kills", "worker kills"),
-        ("pauses", "worker pauses"),
-        ("server_kills", "server kills"),
-        ("server_restarts", "server restarts"),
-        ("server_pauses", "server freezes"),
-        ("connection_cuts", "connection cuts"),
-        ("failovers", "failovers"),
-        ("partitions", "partitions"),
-        ("clock_skews", "clock-skewed workers"),
-        ("redrives", "redrives"),
-    )
-    parts = [f"{counters[k]} {label}" for k, label in labels if counters.get(k)]
-    return ", ".join(parts) or "none"
+    return ", ".join(summary_words(counters)) or "none"
 
 
 def _entry_key(expected: str | None) -> str | None:

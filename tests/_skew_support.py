@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance import registry
-from rdq_compliance.chaos.clock import INSTALL_HINT, find_libfaketime
+from rdq_compliance.chaos.faults.libfaketime import INSTALL_HINT, find_libfaketime
 from rdq_compliance.chaos.results import CampaignResult
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
@@ -39,7 +39,7 @@ def clock_scenario(*, skewed: bool = True) -> Scenario:
     """The shipped ``clock`` scenario; ``skewed=False``: the same campaign, no skew."""
     scenario = load_scenario("clock")
     if not skewed:
-        scenario = replace(scenario, faults=replace(scenario.faults, skewed_workers=0))
+        scenario = replace(scenario, faults=scenario.faults.replace(skewed_workers=0))
     return scenario
 
 

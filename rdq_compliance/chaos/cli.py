@@ -30,6 +30,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rdq_compliance import registry
+from rdq_compliance.chaos.faults.display import fault_details, fault_phrases, live_rows
 from rdq_compliance.chaos.results import CampaignResult, Progress, replay_command
 from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import ScenarioError, check_seed, load_scenario
@@ -108,21 +109,8 @@ def _progress_table(p: Progress, scenario_name: str, backend: str) -> Table:
         f"dead {p.stats.dead}, pending {p.stats.pending}, "
         f"in flight {p.stats.in_flight})",
     )
-    kills = ", ".join(f"{k} {v}" for k, v in sorted(c.kills.items())) or "-"
-    table.add_row("kills", f"{c.total_kills}  ({kills})")
-    table.add_row("pauses", str(c.pauses))
-    table.add_row("server restarts", str(c.server_restarts))
-    table.add_row("server freezes", str(c.server_pauses))
-    table.add_row("failovers", str(c.failovers))
-    table.add_row("connection cuts", str(c.cuts))
-    table.add_row(
-        "partitions", f"{c.partitions} ({c.partitioned_workers} workers, {c.heals} healed)"
-    )
-    table.add_row(
-        "clock skews",
-        f"{c.clock_skews} workers ({len(c.skewed_slots)} skewed slots)" if c.skewed_slots else "-",
-    )
-    table.add_row("redrives", f"{c.redrives} ({c.redriven_tasks} tasks)")
+    for label, text in live_rows(c):
+        table.add_row(label, text)
     table.add_row("violations", "-" if p.violations is None else str(p.violations))
     return table
 
@@ -157,20 +145,9 @@ def _summarise(console: Console, result: CampaignResult) -> None:
         f"{t.get('dead')} dead, {t.get('pending')} pending, {t.get('in_flight')} in flight, "
         f"{t.get('missing')} missing"
     )
-    kills = ", ".join(f"{k} {v}" for k, v in sorted(c.kills.items())) or "none"
-    console.print(
-        f"  faults: {c.total_kills} SIGKILLs ({kills}); {c.pauses} pauses past the lease; "
-        f"{c.server_restarts} server restarts; {c.server_pauses} server freezes; "
-        f"{c.failovers} failovers; "
-        f"{c.cuts} connection cuts; "
-        f"{c.partitions} partitions ({c.partitioned_workers} workers cut off); "
-        f"{c.losses} packet losses; "
-        f"{c.clock_skews} skewed workers; "
-        f"{c.redrives} redrives ({c.redriven_tasks} tasks)"
-    )
-    if c.skewed_slots:
-        skews = "; ".join(f"slot {k} {v}" for k, v in sorted(c.skewed_slots.items()))
-        console.print(f"  clocks skewed (libfaketime): {skews}", highlight=False)
+    console.print(f"  faults: {'; '.join(fault_phrases(c))}")
+    for line in fault_details(c):
+        console.print(line, highlight=False)
     for note in c.notes:
         console.print(f"  [yellow]note:[/] {note}", highlight=False)
     if result.workers_left:

@@ -13,16 +13,16 @@ The fleet has fixed *slots* (0..N-1). A killed worker is replaced at once by a f
 process with a new name (``w8``, ``w9``, ...) in the same slot, so the fleet size stays
 constant and every process has its own journal ``<history>/<name>.jsonl``.
 
-**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.clock.Skew` runs every
-worker it ever holds under libfaketime with that skew (see
-:mod:`rdq_compliance.chaos.clock`): a respawned worker keeps its slot's clock. ``on_skew``
-hears of each such worker (name, skew) just before it starts, so the harness journals
-the skew before the worker's first event.
+**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.faults.libfaketime.Skew`
+runs every worker it ever holds under libfaketime with that skew (see
+:mod:`rdq_compliance.chaos.faults.libfaketime`): a respawned worker keeps its slot's
+clock. ``on_skew`` hears of each such worker (name, skew) just before it starts, so the
+harness journals the skew before the worker's first event.
 
 A *launcher* (optional) places each slot's workers: for a slot it gives a command prefix
 (e.g. ``ip netns exec <namespace>``, which execs, so the pid stays the worker's) and the
 DSN the worker connects to (e.g. a relay inside that namespace) — see
-:mod:`rdq_compliance.chaos.partitions`.
+:mod:`rdq_compliance.chaos.faults.worker_network`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rdq_compliance.chaos.clock import Skew, skew_env, time_base
+from rdq_compliance.chaos.faults.libfaketime import Skew, skew_env, time_base
 from rdq_compliance.chaos.worker_main import WorkerConfig
 from rdq_compliance.provision.process import ManagedProcess
 

@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from rdq_compliance.chaos.checker import FinalState, Violation, check, read_final_state
-from rdq_compliance.chaos.clock import INSTALL_HINT, Skew, find_libfaketime, plan_skews
-from rdq_compliance.chaos.events import INFO, OK, Event, Journal, read_history
+from rdq_compliance.chaos.events import OK, Event, Journal, read_history
+from rdq_compliance.chaos.faults import clock_skew
+from rdq_compliance.chaos.faults.network import FAMILY as NETWORK
+from rdq_compliance.chaos.faults.worker_network import WorkerNetwork, network_for
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
-from rdq_compliance.chaos.nemesis import NO_NETWORK, Counters, Nemesis, plan_faults
-from rdq_compliance.chaos.partitions import WorkerNetwork, worker_network
+from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults
 from rdq_compliance.chaos.report import write_report
 from rdq_compliance.chaos.results import CampaignResult, Progress, ProgressFn
 from rdq_compliance.chaos.scenario import Scenario
@@ -151,27 +152,6 @@ def worker_template(scenario: Scenario, spec: StorageSpec) -> WorkerConfig:
     )
 
 
-def skews_for(scenario: Scenario, counters: Counters) -> tuple[tuple[Skew, ...], Path | None]:
-    """The scenario's skewed slots and the libfaketime library; none (and a note saying
-    why) where libfaketime is not installed."""
-    f = scenario.faults
-    if not f.skewed_workers:
-        return (), None
-    library = find_libfaketime()
-    if library is None:
-        counters.notes.append(
-            f"clock_skew x{f.skewed_workers}: skipped, libfaketime is not installed "
-            f"({INSTALL_HINT})"
-        )
-        return (), None
-    skews = plan_skews(
-        scenario.seed, scenario.workers.count, f.skewed_workers, f.skew_offset, f.skew_drift
-    )
-    for skew in skews:
-        counters.skewed_slots[skew.slot] = f"{skew.offset:+.3f}s, rate x{skew.drift:.4f}"
-    return skews, library
-
-
 def run_campaign(
     scenario: Scenario,
     *,
@@ -190,7 +170,9 @@ def run_campaign(
     server = session.server
     backend_name = session.name
     capabilities = session.capabilities()
-    network, no_network = _partition_network(scenario, server, backend_name)
+    network, no_network = network_for(
+        scenario.faults.of(NETWORK), server, scenario.workers.count, backend_name
+    )
     plan = plan_faults(
         scenario,
         server.faults,
@@ -228,20 +210,14 @@ def run_campaign(
             last_stats[0] = storage.stats(queue)
         progress(Progress(phase, now - t0, len(tasks), last_stats[0], counters))
 
-    skews, library = skews_for(scenario, counters)
-
-    def journal_skew(name: str, skew: Skew) -> None:
-        journal.write(
-            INFO,
-            "fault",
-            kind="clock_skew",
-            target=name,
-            slot=skew.slot,
-            offset=skew.offset,
-            drift=skew.drift,
-            faketime=skew.faketime,
-        )
-        counters.clock_skews += 1
+    skew_counts = counters.of(clock_skew.FAMILY)
+    skews, library = clock_skew.skews_for(
+        scenario.faults.of(clock_skew.FAMILY),
+        scenario.seed,
+        scenario.workers.count,
+        skew_counts,
+        counters.notes,
+    )
 
     try:
         fleet = Fleet(
@@ -253,7 +229,7 @@ def run_campaign(
             launcher=network.launch if network is not None else None,
             skews={s.slot: s for s in skews},
             faketime=library,
-            on_skew=journal_skew,
+            on_skew=clock_skew.skew_journal(journal, skew_counts),
         )
     except BaseException:
         _close(storage, network)
@@ -324,18 +300,6 @@ def run_campaign(
             Progress("done", result.duration, len(tasks), stats, counters, len(result.violations))
         )
     return result
-
-
-def _partition_network(
-    scenario: Scenario, server: Server, backend: str
-) -> tuple[WorkerNetwork | None, str]:
-    """The workers' network when the scenario partitions them, else ``(None, why not)``."""
-    f = scenario.faults
-    if not f.partitions and not f.losses:
-        return None, NO_NETWORK
-    return worker_network(
-        server, scenario.workers.count, backend, loss_percent=f.loss_percent if f.losses else 0
-    )
 
 
 def _close(storage: Storage, network: WorkerNetwork | None) -> None:

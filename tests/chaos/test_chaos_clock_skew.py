@@ -31,10 +31,10 @@ import pytest
 from _chaos_support import wait_gone
 from _skew_support import assert_clean, need_libfaketime, skew_campaign
 
-import rdq_compliance.chaos.runner as runner
 from rdq_compliance import summary
 from rdq_compliance.chaos.checker import FinalState, check_storage_clock
-from rdq_compliance.chaos.clock import Skew, find_libfaketime, plan_skews, skew_env
+from rdq_compliance.chaos.faults import clock_skew
+from rdq_compliance.chaos.faults.libfaketime import Skew, find_libfaketime, plan_skews, skew_env
 from rdq_compliance.chaos.nemesis import Counters
 from rdq_compliance.chaos.report import build_timeline, render_timeline
 from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
@@ -104,9 +104,16 @@ def test_libfaketime_is_found_or_named_missing(
 def test_without_libfaketime_the_skew_is_skipped_with_a_note(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runner, "find_libfaketime", lambda: None)
+    monkeypatch.setattr(clock_skew, "find_libfaketime", lambda: None)
     counters = Counters()
-    skews, library = runner.skews_for(load_scenario("clock"), counters)
+    scenario = load_scenario("clock")
+    skews, library = clock_skew.skews_for(
+        scenario.faults.of(clock_skew.FAMILY),
+        scenario.seed,
+        scenario.workers.count,
+        counters.of(clock_skew.FAMILY),
+        counters.notes,
+    )
     assert skews == () and library is None
     (note,) = counters.notes
     assert "clock_skew x3: skipped, libfaketime is not installed" in note
@@ -115,7 +122,7 @@ def test_without_libfaketime_the_skew_is_skipped_with_a_note(
 
 _PROBE = """
 import json, time
-from rdq_compliance.chaos.clock import patch_sleep, true_time
+from rdq_compliance.chaos.faults.libfaketime import patch_sleep, true_time
 base = float(__import__("sys").argv[1])
 patch_sleep()
 m = time.monotonic()

@@ -317,7 +317,7 @@ def test_the_same_campaign_without_the_failover_passes_on_the_asynchronous_pair(
     from rdq_compliance.chaos.runner import run_campaign
 
     scenario = load_scenario("failover")
-    calm = replace(scenario, faults=replace(scenario.faults, failovers=0))
+    calm = replace(scenario, faults=scenario.faults.replace(failovers=0))
     session = replicated_session("redis", REPLICAS["redis"][0], tmp_path / "server")
     try:
         result = run_campaign(calm, session=session, outdir=tmp_path / "r")

@@ -253,7 +253,7 @@ def test_a_sigkilled_owner_leaves_no_namespace_and_no_veth():
 def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):
     from _chaos_support import start_session
 
-    from rdq_compliance.chaos.partitions import worker_network
+    from rdq_compliance.chaos.faults.worker_network import worker_network
 
     session = start_session("sqlite", tmp_path / "server")
     try:
@@ -312,7 +312,7 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     session = start_session(name, tmp_path / "server")
     try:
         cut = load_scenario(PARTITION)
-        calm = replace(cut, faults=replace(cut.faults, partitions=0))
+        calm = replace(cut, faults=cut.faults.replace(partitions=0))
         result = calm_then_faulted(session, cut, calm, tmp_path, victims)
     finally:
         session.close()
@@ -385,7 +385,7 @@ class _Relayed:
 
 def test_the_harness_storage_runs_in_its_own_namespace_through_its_relay():
     _needs_netns()
-    from rdq_compliance.chaos.partitions import WorkerNetwork
+    from rdq_compliance.chaos.faults.worker_network import WorkerNetwork
 
     srv = _echo_server()
     port = srv.getsockname()[1]

@@ -185,7 +185,7 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
         if "pause_server" not in session.server.faults:
             pytest.fail(f"the {server} server the kit started cannot be paused")
         frozen = load_scenario(FREEZE)
-        calm = replace(frozen, faults=replace(frozen.faults, server_pauses=0))
+        calm = replace(frozen, faults=frozen.faults.replace(server_pauses=0))
         result = calm_then_faulted(session, frozen, calm, tmp_path, victims)
     finally:
         session.close()

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from rdq_compliance.chaos.faults.network import NO_NETWORK, NetworkSettings
 from rdq_compliance.chaos.fleet import Launch
 from rdq_compliance.provision import netns
 from rdq_compliance.provision.backend import Server, UnsupportedFault
@@ -106,3 +107,17 @@ def worker_network(
     except netns.NetnsError as exc:
         return None, f"the network namespaces could not be built: {exc}"
     return WorkerNetwork(topology, server), ""
+
+
+def network_for(
+    settings: NetworkSettings, server: Server, slots: int, backend: str
+) -> tuple[WorkerNetwork | None, str]:
+    """The workers' network when the scenario partitions them, else ``(None, why not)``."""
+    if not settings.partitions and not settings.losses:
+        return None, NO_NETWORK
+    return worker_network(
+        server,
+        slots,
+        backend,
+        loss_percent=settings.loss_percent if settings.losses else 0,
+    )

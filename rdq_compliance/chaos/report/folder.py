@@ -1,0 +1,111 @@
+"""The report folder of a campaign: :func:`write_report` (the layout is in
+:mod:`rdq_compliance.chaos.report`), and ``results.json``'s content,
+:func:`results_data`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from rdq_compliance.chaos.checker import FinalState
+from rdq_compliance.chaos.events import Event
+from rdq_compliance.chaos.report.html import render_timeline
+from rdq_compliance.chaos.report.junit import render_junit
+from rdq_compliance.chaos.results import CampaignResult, replay_command
+from rdq_core.model import Task, micros_from_utc
+
+__all__ = ["results_data", "write_report"]
+
+
+def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> dict[str, Any]:
+    sc = result.scenario
+    return {
+        "scenario": sc.name,
+        "scenario_file": str(sc.source) if sc.source else None,
+        "seed": result.seed,
+        "backend": result.backend,
+        "server": result.server_origin,
+        "verdict": (
+            "violations" if violations else "checker-error" if result.checker_error else "pass"
+        ),
+        "checked": result.checked,
+        "checker_error": result.checker_error,
+        "violations": violations,
+        "duration_s": round(result.duration, 3),
+        "fault_phase_s": round(result.fault_phase, 3),
+        "drain_s": round(result.drain_time, 3),
+        "drained": result.drained,
+        "tasks": result.tasks,
+        "counters": result.counters.as_dict(),
+        "workers": {
+            "count": sc.workers.count,
+            "concurrency": sc.workers.concurrency,
+            "lease_s": sc.workers.lease,
+            "left_running": result.workers_left,
+        },
+        "plan": [dataclasses.asdict(f) for f in result.plan.faults],
+        "skipped_faults": list(result.plan.skipped),
+        "notes": list(result.counters.notes),
+    }
+
+
+def _task_json(task: Task) -> dict[str, Any]:
+    def us(dt: Any) -> int | None:
+        return None if dt is None else micros_from_utc(dt)
+
+    return {
+        "id": task.id,
+        "handler": task.handler,
+        "status": task.status.value,
+        "attempt_count": task.attempt_count,
+        "redrive_count": task.redrive_count,
+        "next_attempt_at": us(task.next_attempt_at),
+        "lease_expires_at": us(task.lease_expires_at),
+        "attempts": [
+            {
+                "no": a.attempt_no,
+                "started_at": us(a.started_at),
+                "finished_at": us(a.finished_at),
+                "outcome": a.outcome.value,
+                "error": a.error.type if a.error else None,
+            }
+            for a in task.attempts
+        ],
+    }
+
+
+def write_report(
+    result: CampaignResult,
+    events: list[Event],
+    final: FinalState,
+    *,
+    command: str | None = None,
+) -> dict[str, str]:
+    """Write the report files into ``result.outdir``; their paths by name."""
+    out = result.outdir
+    out.mkdir(parents=True, exist_ok=True)
+    violations = [v.as_json() for v in result.violations]
+    summary = results_data(result, violations)
+    files = {
+        "history": out / "history",
+        "results": out / "results.json",
+        "seed": out / "seed.txt",
+        "final_state": out / "final-state.jsonl",
+        "timeline": out / "timeline.html",
+        "junit": out / "junit.xml",
+    }
+    replay = command or replay_command(result.scenario, result.backend, result.seed)
+    summary["replay"] = replay
+    files["results"].write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    files["seed"].write_text(f"{result.seed}\n# replay this run:\n{replay}\n")
+    with files["final_state"].open("w") as fh:
+        for task in final.tasks.values():
+            fh.write(json.dumps(_task_json(task), separators=(",", ":")) + "\n")
+        for task_id in final.missing:
+            fh.write(json.dumps({"id": task_id, "status": "MISSING"}) + "\n")
+    files["timeline"].write_text(
+        render_timeline(events, violations, summary, result.scenario.faults.families)
+    )
+    files["junit"].write_text(render_junit(result, violations))
+    return {k: str(v) for k, v in files.items()}

@@ -1,0 +1,54 @@
+"""``junit.xml`` of a campaign: one testcase per checker rule (the rule's violations as
+its failure), or one failed ``checker`` case if the checker raised."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+from rdq_compliance.chaos.checker import RULES
+from rdq_compliance.chaos.results import CampaignResult
+
+__all__ = ["render_junit"]
+
+
+def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> str:
+    suite = f"rdq-chaos.{result.scenario.name}.{result.backend}"
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for v in violations:
+        by_rule.setdefault(str(v.get("rule", "unknown")), []).append(v)
+    rules = list(RULES)
+    for rule in by_rule:
+        if rule not in rules:
+            rules.append(rule)
+    cases: list[str] = []
+    failures = 0
+    if result.checker_error:
+        failures += 1
+        cases.append(
+            f'<testcase classname={quoteattr(suite)} name="checker">'
+            f"<failure message={quoteattr(result.checker_error)}/></testcase>"
+        )
+    else:
+        for rule in rules:
+            found = by_rule.get(rule, [])
+            if found:
+                failures += 1
+                text = "\n".join(json.dumps(v, default=str) for v in found)
+                first = str(found[0].get("message", rule))
+                cases.append(
+                    f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}>"
+                    f"<failure message={quoteattr(first)}>{html.escape(text)}</failure>"
+                    "</testcase>"
+                )
+            else:
+                cases.append(f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}/>")
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        f'<testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{failures}" '
+        f'errors="0" skipped="0" time="{result.duration:.3f}">\n'
+        + "\n".join(cases)
+        + "\n</testsuite>\n"
+    )
