@@ -261,7 +261,8 @@ def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):
     finally:
         session.close()
     assert network is None
-    assert "SQLite is embedded" in why or "root" in why, why
+    # the store's reason, whatever this machine lacks (root, ip, nft)
+    assert "SQLite is embedded" in why, why
 
 
 # ---- on real servers ------------------------------------------------------------------------

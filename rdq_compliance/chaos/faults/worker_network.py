@@ -89,10 +89,10 @@ class WorkerNetwork:
 def worker_network(
     server: Server, slots: int, backend: str, *, loss_percent: int = 0
 ) -> tuple[WorkerNetwork | None, str]:
-    """``(network, "")``, or ``(None, why it cannot be built)``."""
-    why = netns.unavailable()
-    if why:
-        return None, why
+    """``(network, "")``, or ``(None, why it cannot be built)``.
+
+    The server is asked first: a store with no network to partition (an embedded one)
+    says so whatever this machine lacks, so the reason names the store, not the host."""
     try:
         address = server.network_address()
         server.dsn_via(*address)
@@ -101,6 +101,9 @@ def worker_network(
             f"the {backend} server ({server.origin}) is not reached over one TCP address, "
             f"so there is no network between its clients and it to partition: {exc}"
         )
+    why = netns.unavailable()
+    if why:
+        return None, why
     netns.sweep_stale()
     try:
         topology = netns.Topology(slots, address, loss_percent=loss_percent).open()
