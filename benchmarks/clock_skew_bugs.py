@@ -16,7 +16,7 @@ else the local rung (SecantusDB here: a MongoDB wire-protocol stand-in, not Mong
 
 **found after**: seconds from the campaign's start (``result.started_at``) to the answer
 of the first call whose storage time ran backwards (the earliest pair of
-:func:`rdq_compliance.chaos.checker.clock.reversals`): from then on the history holds
+:func:`rdq_compliance.chaos.checker.storage_clock.reversals`): from then on the history holds
 the evidence; the checker names it after the drain (**run time**). Exit status 1 if a
 variant was not caught or a correct backend did not pass.
 """
@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests" / "backends"
 
-from rdq_compliance.chaos.checker.clock import reversals  # noqa: E402
-from rdq_compliance.chaos.checker.final import FinalState  # noqa: E402
+from rdq_compliance.chaos.checker.final_state import FinalState  # noqa: E402
 from rdq_compliance.chaos.checker.index import index_history  # noqa: E402
+from rdq_compliance.chaos.checker.storage_clock import reversals  # noqa: E402
 from rdq_compliance.chaos.checker.view import Context  # noqa: E402
 from rdq_compliance.chaos.events import read_history  # noqa: E402
 from rdq_compliance.chaos.runner import run_campaign  # noqa: E402

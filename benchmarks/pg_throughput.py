@@ -41,28 +41,29 @@ Usage::
 The server is ``--dsn``, else ``RDQ_POSTGRES_DSN`` / ``RDQ_DSN``, else
 ``postgresql://postgres@127.0.0.1:5432/test``; or, with ``--local``, a private server the
 script starts from local binaries like the kit's local rung (``fsync=off``) and removes.
+
+The runner, the cells, the interleaving and the table are ``_harness.py``'s (shared with
+``redis_throughput.py``); this script holds what is PostgreSQL's: its clients, the
+pre-fill, the pgbench side and the table's columns.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import multiprocessing.synchronize
+import functools
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import psycopg
+from _harness import Bench, Cell, add_cell_arguments, markdown_table, run_processes, run_threads
 from psycopg import sql
 from rdq_postgres.queries import LEASE_EXPIRED_MESSAGE, Queries
 from rdq_postgres.server import PostgresServer
@@ -133,7 +134,33 @@ def counts(dsn: str, namespace: str) -> tuple[int, int]:
 # ---- the backend side ------------------------------------------------------------------
 
 
-class _Bare:
+class _Cycles(ABC):
+    """One claim + complete cycle over a client's ``claim_due`` and ``complete``."""
+
+    @abstractmethod
+    def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[tuple[str, str]]:
+        """Claim up to ``limit`` due tasks: their ids and tokens."""
+
+    @abstractmethod
+    def complete(self, task_id: str, token: str) -> None:
+        """Complete one claimed task."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection."""
+
+    def cycle(self, batch: int, end: float) -> int:
+        """Claim up to ``batch`` tasks and complete each; count those completed by ``end``."""
+        done = 0
+        complete, monotonic = self.complete, time.monotonic
+        for task_id, token in self.claim_due(QUEUE, batch, LEASE):
+            complete(task_id, token)
+            if monotonic() <= end:
+                done += 1
+        return done
+
+
+class _Bare(_Cycles):
     """The floor of any Python client: the backend's two statements on a plain psycopg
     connection (one reused cursor, statements as bytes, the same parameters), without
     rdq's layers (validation, pool, row conversion)."""
@@ -165,7 +192,7 @@ class _Bare:
         self.conn.close()
 
 
-class _Storage:
+class _Storage(_Cycles):
     """The backend: ``PostgresStorage.claim_due`` and ``complete``."""
 
     def __init__(self, dsn: str, namespace: str) -> None:
@@ -181,147 +208,8 @@ class _Storage:
         self.storage.close()
 
 
-def _backend_worker(
-    mode: str,
-    dsn: str,
-    namespace: str,
-    batch: int,
-    duration: float,
-    ready: multiprocessing.synchronize.Semaphore | threading.Semaphore,
-    go: multiprocessing.synchronize.Event | threading.Event,
-    start_at: Callable[[], float],
-    report: Callable[[int], None],
-) -> None:
-    client = _Bare(dsn, namespace) if mode == "psycopg" else _Storage(dsn, namespace)
-    try:
-        for _ in range(WARMUP_CYCLES):
-            for task_id, token in client.claim_due(QUEUE, batch, LEASE):
-                client.complete(task_id, token)
-        ready.release()
-        go.wait()
-        start = start_at()
-        end = start + duration
-        while time.monotonic() < start:
-            pass
-        done = 0
-        claim_due, complete, monotonic = client.claim_due, client.complete, time.monotonic
-        while True:
-            claims = claim_due(QUEUE, batch, LEASE)
-            for task_id, token in claims:
-                complete(task_id, token)
-                if monotonic() <= end:
-                    done += 1
-            if monotonic() >= end:
-                break
-        report(done)
-    finally:
-        client.close()
-
-
-def _process_main(
-    mode: str,
-    dsn: str,
-    namespace: str,
-    batch: int,
-    duration: float,
-    ready: multiprocessing.synchronize.Semaphore,
-    go: multiprocessing.synchronize.Event,
-    start: multiprocessing.sharedctypes.Synchronized,  # type: ignore[name-defined]
-    results: multiprocessing.Queue,  # type: ignore[type-arg]
-) -> None:
-    try:
-        _backend_worker(
-            mode,
-            dsn,
-            namespace,
-            batch,
-            duration,
-            ready,
-            go,
-            lambda: float(start.value),
-            lambda n: results.put(n),
-        )
-    except BaseException as exc:
-        results.put(f"{type(exc).__name__}: {exc}")
-        ready.release()
-        raise
-
-
-def run_backend(
-    dsn: str, namespace: str, workers: int, batch: int, duration: float, mode: str
-) -> int:
-    """Tasks completed within ``duration`` by ``workers`` workers."""
-    if mode == "thread":
-        return _run_backend_threads(dsn, namespace, workers, batch, duration)
-    ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    ready = ctx.Semaphore(0)
-    go = ctx.Event()
-    start = ctx.Value("d", 0.0)
-    results: multiprocessing.Queue[int | str] = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_process_main,
-            args=(mode, dsn, namespace, batch, duration, ready, go, start, results),
-            daemon=True,
-        )
-        for _ in range(workers)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        for _ in procs:
-            if not ready.acquire(timeout=120):
-                raise RuntimeError("a backend worker did not get ready in 120 s")
-        start.value = time.monotonic() + 0.05
-        go.set()
-        got = [results.get(timeout=duration + 120) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    failures = [g for g in got if isinstance(g, str)]
-    if failures:
-        raise RuntimeError(f"backend worker failed: {failures[0]}")
-    return sum(int(g) for g in got)
-
-
-def _run_backend_threads(
-    dsn: str, namespace: str, workers: int, batch: int, duration: float
-) -> int:
-    ready = threading.Semaphore(0)
-    go = threading.Event()
-    start = [0.0]
-    got: list[int] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def main() -> None:
-        def add(n: int) -> None:
-            with lock:
-                got.append(n)
-
-        try:
-            _backend_worker(
-                "thread", dsn, namespace, batch, duration, ready, go, lambda: start[0], add
-            )
-        except BaseException as exc:
-            errors.append(exc)
-            ready.release()
-
-    threads = [threading.Thread(target=main, daemon=True) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for _ in threads:
-        ready.acquire()
-    start[0] = time.monotonic() + 0.05
-    go.set()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(got)
+def _open_client(mode: str, dsn: str, namespace: str) -> _Cycles:
+    return _Bare(dsn, namespace) if mode == "psycopg" else _Storage(dsn, namespace)
 
 
 # ---- the pgbench side ------------------------------------------------------------------
@@ -437,29 +325,11 @@ def run_pgbench(
 SIDES = ("process", "thread", "psycopg", "pgbench")
 
 
-@dataclass
-class Cell:
-    workers: int
-    batch: int
-    rates: dict[str, list[float]] = field(default_factory=dict)
+class PgBench(Bench):
+    """The backend's modes and pgbench, on ``--dsn`` or a private ``--local`` server."""
 
-    def mean(self, side: str) -> float | None:
-        got = self.rates.get(side)
-        return statistics.mean(got) if got else None
-
-    def ratio(self, side: str) -> float | None:
-        """Backend (``side``) over pgbench, summed over the rounds (each round ran both)."""
-        mine, base = self.rates.get(side), self.rates.get("pgbench")
-        return sum(mine) / sum(base) if mine and base else None
-
-
-class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.duration: float = args.duration
-        self.best: dict[int, float] = {}
-        self.tmp = Path(tempfile.mkdtemp(prefix="rdq-bench-"))
-        self.server: PostgresServer
+        super().__init__(args, "rdq-bench-")
         if args.local:
             from rdq_postgres.local import start_local_server
 
@@ -472,18 +342,44 @@ class Bench:
         self.dsn: str = self.server.dsn
         self.where = f"{self.server.origin} ({server_settings(self.dsn)})"
 
-    def close(self) -> None:
-        self.server.close()  # drops any namespace still there (a local server: all of it)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+    def sides(self, cell: Cell) -> list[str]:
+        # One worker is one worker: threads and a process are the same there.
+        sides = [
+            s
+            for s in SIDES
+            if s == "pgbench" or (s in self.args.modes and (s != "thread" or cell.workers > 1))
+        ]
+        if "process" not in sides and cell.workers == 1 and "thread" in self.args.modes:
+            sides.insert(0, "thread")
+        return sides
 
-    def _prefill(self, batch: int) -> int:
+    def warmup_sides(self) -> list[str]:
+        return ["pgbench", *self.args.modes]
+
+    def prefill(self, side: str, workers: int, batch: int, previous: int | None) -> int:
+        """Enough for the best rate so far at ``batch`` (of any side), and every side of
+        a cell starts from what the one before it used."""
+        if previous is not None:
+            return previous
         guess = RATE_GUESS.get(batch, RATE_GUESS_BATCHED)
-        rate = max(guess, 1.5 * self.best.get(batch, 0.0))
+        rate = max(guess, 1.5 * self.best_rate(batch))
         return int(rate * (self.duration + 1)) + 64 * WARMUP_CYCLES * batch
 
-    def _once(self, side: str, namespace: str, workers: int, batch: int) -> float:
-        if side != "pgbench":
-            done = run_backend(self.dsn, namespace, workers, batch, self.duration, side)
+    def fill(self, namespace: str, tasks: int) -> None:
+        fill(self.dsn, namespace, tasks)
+
+    def once(self, side: str, namespace: str, workers: int, batch: int, tasks: int) -> float:
+        if side != "pgbench":  # the backend's workers: processes, threads, or bare psycopg
+            open_client = functools.partial(_open_client, side, self.dsn, namespace)
+            if side == "thread":
+                done = run_threads(
+                    open_client, workers, batch, self.duration, warmup_cycles=WARMUP_CYCLES
+                )
+            else:
+                done = run_processes(
+                    open_client, workers, batch, self.duration,
+                    warmup_cycles=WARMUP_CYCLES, who="backend",
+                )  # fmt: skip
             return done / self.duration
         script = self.tmp / f"{namespace}.sql"
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -492,65 +388,14 @@ class Bench:
         succeeded, _ = counts(self.dsn, namespace)
         return run.tps * (succeeded / run.transactions if run.transactions else 0.0)
 
-    def measure(self, side: str, workers: int, batch: int, tasks: int) -> tuple[float, int]:
-        """(tasks/s, tasks to pre-fill next time) of one measurement in a fresh namespace;
-        repeated with twice the tasks while the queue runs dry."""
-        while True:
-            namespace = self.server.create_namespace()
-            try:
-                fill(self.dsn, namespace, tasks)
-                rate = self._once(side, namespace, workers, batch)
-                _, pending = counts(self.dsn, namespace)
-            finally:
-                self.server.drop_namespace(namespace)
-            if pending > 0:
-                self.best[batch] = max(self.best.get(batch, 0.0), rate)
-                return rate, tasks
-            tasks *= 2
-            print(f"    (the queue ran dry; again with {tasks} tasks)", flush=True)
+    def pending(self, namespace: str) -> int:
+        return counts(self.dsn, namespace)[1]
 
-    def warm_up(self) -> None:
-        """Unrecorded runs of each side first, so that no measurement meets a cold server
-        (empty caches, first connections of the run)."""
-        seconds = self.args.warmup
-        if seconds <= 0:
-            return
-        saved, self.duration = self.duration, seconds
-        try:
-            for side in ["pgbench", *self.args.modes]:
-                self.measure(side, 4, 1, self._prefill(1))
-        finally:
-            self.duration = saved
-            self.best.clear()
-        print(f"  (warmed up: {seconds:g} s of each side, not recorded)", flush=True)
-
-    def run(self) -> list[Cell]:
-        cells = [Cell(w, b) for b in self.args.batches for w in self.args.workers]
-        self.warm_up()
-        for rnd in range(self.args.rounds):
-            for i, cell in enumerate(cells):
-                # One worker is one worker: threads and a process are the same there.
-                sides = [
-                    s
-                    for s in SIDES
-                    if s == "pgbench"
-                    or (s in self.args.modes and (s != "thread" or cell.workers > 1))
-                ]
-                if "process" not in sides and cell.workers == 1 and "thread" in self.args.modes:
-                    sides.insert(0, "thread")
-                # Rotate who goes first, round by round and cell by cell (drift cancels).
-                shift = (rnd + i) % len(sides)
-                sides = sides[shift:] + sides[:shift]
-                tasks = self._prefill(cell.batch)
-                for side in sides:
-                    rate, tasks = self.measure(side, cell.workers, cell.batch, tasks)
-                    cell.rates.setdefault(side, []).append(rate)
-                    print(
-                        f"  round {rnd + 1}  workers={cell.workers:<2}  batch={cell.batch:<2}  "
-                        f"{side:<8} {rate:>9,.0f} tasks/s",
-                        flush=True,
-                    )
-        return cells
+    def progress(self, rnd: int, cell: Cell, side: str, rate: float) -> str:
+        return (
+            f"  round {rnd + 1}  workers={cell.workers:<2}  batch={cell.batch:<2}  "
+            f"{side:<8} {rate:>9,.0f} tasks/s"
+        )
 
 
 COLUMNS = {
@@ -562,10 +407,10 @@ COLUMNS = {
 
 def _verdict(cell: Cell, side: str) -> str:
     """``rate (ratio; per-round ratios low-high)``, and MISSED where the target is."""
-    rate, ratio = cell.mean(side), cell.ratio(side)
+    rate, ratio = cell.mean(side), cell.ratio(side, "pgbench")
     if rate is None or ratio is None:
         return "-"
-    rounds = sorted(a / b for a, b in zip(cell.rates[side], cell.rates["pgbench"], strict=False))
+    rounds = cell.round_ratios(side, "pgbench")
     spread = f"; {rounds[0]:.0%}-{rounds[-1]:.0%}" if len(rounds) > 1 else ""
     met = ratio >= SINGLE_TARGET_RATIO if cell.batch == 1 else rate >= BATCHED_TARGET_RATE
     missed = "" if met or side == "psycopg" else " MISSED"
@@ -575,32 +420,30 @@ def _verdict(cell: Cell, side: str) -> str:
 def table(cells: list[Cell], args: argparse.Namespace, where: str) -> str:
     """A Markdown table: pgbench's rate, each backend mode's rate and its ratio to it."""
     modes = [m for m in COLUMNS if m in args.modes]
-    lines = [
-        f"server: {where}",
-        f"{args.duration:g} s per measurement, {args.rounds} round(s), interleaved; "
-        f"pgbench -n -M prepared -c N -j N; backend: N worker processes or N threads in one "
-        f"process, each with its own PostgresStorage",
-        f"targets: batch 1 >= {SINGLE_TARGET_RATIO:.0%} of pgbench at the same concurrency; "
-        f"batch 32 >= {BATCHED_TARGET_RATE:,.0f} tasks/s",
-        "cells: mean tasks/s (sum over rounds / pgbench's sum; lowest-highest round ratio)",
-        "",
-        "| workers | batch | pgbench tasks/s | "
-        + " | ".join(f"{COLUMNS[m]}: tasks/s (ratio)" for m in modes)
-        + " |",
-        "|--------:|------:|----------------:|" + "|".join(":---" for _ in modes) + "|",
+    columns = [
+        ("workers", "--------:"),
+        ("batch", "------:"),
+        ("pgbench tasks/s", "----------------:"),
+        *((f"{COLUMNS[m]}: tasks/s (ratio)", ":---") for m in modes),
     ]
-    for c in cells:
-        base = c.mean("pgbench")
-        lines.append(
-            f"| {c.workers} | {c.batch} | {base or 0:,.0f} | "
-            + " | ".join(_verdict(c, m) for m in modes)
-            + " |"
-        )
-    return "\n".join(lines)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+    rows = [
+        [str(c.workers), str(c.batch), f"{c.mean('pgbench') or 0:,.0f}"]
+        + [_verdict(c, m) for m in modes]
+        for c in cells
+    ]
+    return markdown_table(
+        where,
+        args,
+        "interleaved; pgbench -n -M prepared -c N -j N; backend: N worker processes or N "
+        "threads in one process, each with its own PostgresStorage",
+        [
+            f"targets: batch 1 >= {SINGLE_TARGET_RATIO:.0%} of pgbench at the same concurrency; "
+            f"batch 32 >= {BATCHED_TARGET_RATE:,.0f} tasks/s",
+            "cells: mean tasks/s (sum over rounds / pgbench's sum; lowest-highest round ratio)",
+        ],
+        columns,
+        rows,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -615,8 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, default=None, help="seconds of unrecorded runs first (default 3)"
     )
-    parser.add_argument("--workers", type=_ints, default=[1, 4, 16])
-    parser.add_argument("--batches", type=_ints, default=[1, 32])
+    add_cell_arguments(parser)
     parser.add_argument(
         "--local",
         action="store_true",
@@ -643,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         args.pgbench = next((f for f in found if f), None)
         if args.pgbench is None:
             parser.error("pgbench not found; pass --pgbench")
-    bench = Bench(args)
+    bench = PgBench(args)
     try:
         cells = bench.run()
     finally:

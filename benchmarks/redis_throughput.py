@@ -42,13 +42,16 @@ The server is, by default, a private ``redis-server`` the script starts from the
 binaries like the kit's local rung, with ``--persistence`` (default ``none``: this
 measures the client and the scripts, not the disk) and removes afterwards; ``--dsn``
 measures a given single server instead (keys in a fresh namespace, dropped).
+
+The runner, the cells, the time-slicing and the table are ``_harness.py``'s (shared with
+``pg_throughput.py``); this script holds what is Redis's: its clients and scripts, the
+pre-fill, the redis-benchmark side and the table's columns.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import multiprocessing.synchronize
+import functools
 import os
 import re
 import secrets
@@ -56,14 +59,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
+from _harness import Bench, Cell, add_cell_arguments, markdown_table, run_processes
 from rdq_redis.connection import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, _common_kwargs
 from rdq_redis.keys import Layout
 from rdq_redis.scripts import SOURCES
@@ -178,12 +180,13 @@ class _Backend:
     def __init__(self, dsn: str, namespace: str) -> None:
         self.storage = RedisStorage(dsn, namespace)
 
-    def cycle(self, batch: int) -> int:
+    def cycle(self, batch: int, end: float) -> int:
+        """Claim up to ``batch`` tasks and complete each; all count if done by ``end``."""
         storage = self.storage
         claims = storage.claim_due(QUEUE, batch, LEASE)
         for c in claims:
             storage.complete(c.task_id, c.token)
-        return len(claims)
+        return len(claims) if time.monotonic() < end else 0
 
     def close(self) -> None:
         self.storage.close()
@@ -205,91 +208,22 @@ class _Bare:
         self.claim_sha = self.client.script_load(SOURCES["claim"].source())
         self.complete_sha = self.client.script_load(SOURCES["complete"].source())
 
-    def cycle(self, batch: int) -> int:
+    def cycle(self, batch: int, end: float) -> int:
+        """Claim up to ``batch`` tasks and complete each; all count if done by ``end``."""
         evalsha = self.client.evalsha
         prefix = self.bucket + secrets.token_hex(13)
         rows = evalsha(self.claim_sha, 6, *self.claim_keys, QUEUE, batch, LEASE_US, prefix)
         for row in rows:
             token = row[1].split(b"\0", TOKEN_FIELD + 1)[TOKEN_FIELD]
             evalsha(self.complete_sha, 4, *self.complete_keys, row[0], token)
-        return len(rows)
+        return len(rows) if time.monotonic() < end else 0
 
     def close(self) -> None:
         self.client.close()
 
 
-def _worker(
-    side: str,
-    dsn: str,
-    namespace: str,
-    batch: int,
-    duration: float,
-    ready: multiprocessing.synchronize.Semaphore,
-    go: multiprocessing.synchronize.Event,
-    start: multiprocessing.sharedctypes.Synchronized,  # type: ignore[name-defined]
-    results: multiprocessing.Queue,  # type: ignore[type-arg]
-) -> None:
-    try:
-        client = _Backend(dsn, namespace) if side == "backend" else _Bare(dsn, namespace)
-        try:
-            for _ in range(WARMUP_CYCLES):
-                client.cycle(batch)
-            ready.release()
-            go.wait()
-            begin = float(start.value)
-            end = begin + duration
-            monotonic, cycle = time.monotonic, client.cycle
-            while monotonic() < begin:
-                pass
-            done = 0
-            while True:
-                n = cycle(batch)
-                if monotonic() >= end:
-                    break
-                done += n
-            results.put(done)
-        finally:
-            client.close()
-    except BaseException as exc:
-        results.put(f"{type(exc).__name__}: {exc}")
-        ready.release()
-        raise
-
-
-def run_workers(
-    side: str, dsn: str, namespace: str, workers: int, batch: int, duration: float
-) -> float:
-    """Tasks/s completed by ``workers`` processes within ``duration``."""
-    ctx = multiprocessing.get_context("fork")
-    ready, go, start = ctx.Semaphore(0), ctx.Event(), ctx.Value("d", 0.0)
-    results: multiprocessing.Queue[int | str] = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_worker,
-            args=(side, dsn, namespace, batch, duration, ready, go, start, results),
-            daemon=True,
-        )
-        for _ in range(workers)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        for _ in procs:
-            if not ready.acquire(timeout=120):
-                raise RuntimeError("a worker did not get ready in 120 s")
-        start.value = time.monotonic() + 0.05
-        go.set()
-        got = [results.get(timeout=duration + 120) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    failures = [g for g in got if isinstance(g, str)]
-    if failures:
-        raise RuntimeError(f"{side} worker failed: {failures[0]}")
-    return sum(int(g) for g in got) / duration
+def _open_client(side: str, dsn: str, namespace: str) -> _Backend | _Bare:
+    return _Backend(dsn, namespace) if side == "backend" else _Bare(dsn, namespace)
 
 
 # ---- the redis-benchmark side ----------------------------------------------------------------
@@ -321,38 +255,14 @@ def run_redis_benchmark(
 # ---- measurements ----------------------------------------------------------------------------
 
 
-@dataclass
-class Cell:
-    workers: int
-    batch: int
-    rates: dict[str, list[float]] = field(default_factory=dict)
+class RedisBench(Bench):
+    """The backend, the bare redis-py loop and redis-benchmark, on a private server or
+    ``--dsn``."""
 
-    def mean(self, side: str) -> float | None:
-        got = self.rates.get(side)
-        return statistics.mean(got) if got else None
-
-    def ratio(self, side: str, base: str) -> float | None:
-        """``side`` over ``base``, summed over the rounds (each round ran both)."""
-        mine, theirs = self.rates.get(side), self.rates.get(base)
-        return sum(mine) / sum(theirs) if mine and theirs else None
-
-    def spread(self, side: str, base: str) -> str:
-        rounds = sorted(
-            a / b for a, b in zip(self.rates.get(side, []), self.rates.get(base, []), strict=False)
-        )
-        if len(rounds) < 2:
-            return ""
-        return f"{rounds[0]:.0%}-{rounds[-1]:.0%}, median {statistics.median(rounds):.0%}"
-
-
-class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.duration: float = args.duration
-        self.best: dict[tuple[str, int], float] = {}
+        super().__init__(args, "rdq-redis-bench-")
+        #: The 1-minute load average at the start of every measurement.
         self.loads: list[float] = []
-        self.tmp = Path(tempfile.mkdtemp(prefix="rdq-redis-bench-"))
-        self.server: RedisServer
         if args.dsn:
             self.server = RedisServer(args.dsn)
         else:
@@ -374,17 +284,31 @@ class Bench:
 
     def close(self) -> None:
         self.client.close()
-        self.server.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        super().close()
 
-    def _tasks(self, side: str, workers: int, batch: int) -> int:
+    def sides(self, cell: Cell) -> tuple[str, ...]:
+        return SIDES
+
+    def warmup_sides(self) -> tuple[str, ...]:
+        return SIDES
+
+    def prefill(self, side: str, workers: int, batch: int, previous: int | None) -> int:
+        """Enough for the side's best rate so far at ``batch``, and its warm-up cycles."""
         guess = RATE_GUESS.get(batch, RATE_GUESS_BATCHED)
-        rate = max(guess, 1.5 * self.best.get((side, batch), 0.0))
+        rate = max(guess, 1.5 * self.best_rate(batch, side))
         return int(rate * (self.duration + 1)) + 2 * WARMUP_CYCLES * batch * workers
 
-    def _once(self, side: str, namespace: str, workers: int, batch: int, tasks: int) -> float:
-        if side != "redis-benchmark":
-            return run_workers(side, self.dsn, namespace, workers, batch, self.duration)
+    def fill(self, namespace: str, tasks: int) -> None:
+        fill(self.client, namespace, tasks, self.args.fill_chunk)
+
+    def once(self, side: str, namespace: str, workers: int, batch: int, tasks: int) -> float:
+        self.loads.append(os.getloadavg()[0])
+        if side != "redis-benchmark":  # N worker processes: the backend, or bare redis-py
+            open_client = functools.partial(_open_client, side, self.dsn, namespace)
+            done = run_processes(
+                open_client, workers, batch, self.duration, warmup_cycles=WARMUP_CYCLES, who=side
+            )
+            return done / self.duration
         requests = max(workers * 50, int(tasks / batch * self.duration / (self.duration + 1)))
         requests = min(requests, tasks // batch - workers)
         rps = run_redis_benchmark(
@@ -393,84 +317,63 @@ class Bench:
         succeeded, _ = counts(self.client, namespace)
         return rps * succeeded / requests
 
-    def measure(self, side: str, workers: int, batch: int) -> float:
-        """Tasks/s of one measurement in a fresh namespace (again, with twice the tasks,
-        while the queue runs dry)."""
-        tasks = self._tasks(side, workers, batch)
-        while True:
-            namespace = self.server.create_namespace()
-            try:
-                fill(self.client, namespace, tasks, self.args.fill_chunk)
-                self.loads.append(os.getloadavg()[0])
-                rate = self._once(side, namespace, workers, batch, tasks)
-                _, pending = counts(self.client, namespace)
-            finally:
-                self.server.drop_namespace(namespace)
-            if pending > 0:
-                key = (side, batch)
-                self.best[key] = max(self.best.get(key, 0.0), rate)
-                return rate
-            tasks *= 2
-            print(f"    (the queue ran dry; again with {tasks} tasks)", flush=True)
+    def pending(self, namespace: str) -> int:
+        return counts(self.client, namespace)[1]
 
-    def warm_up(self) -> None:
-        seconds = self.args.warmup
-        if seconds <= 0:
-            return
-        saved, self.duration = self.duration, seconds
-        try:
-            for side in SIDES:
-                self.measure(side, 4, 1)
-        finally:
-            self.duration = saved
-            self.best.clear()
-        print(f"  (warmed up: {seconds:g} s of each side, not recorded)", flush=True)
-
-    def run(self) -> list[Cell]:
-        cells = [Cell(w, b) for b in self.args.batches for w in self.args.workers]
-        self.warm_up()
-        for rnd in range(self.args.rounds):
-            for i, cell in enumerate(cells):
-                shift = (rnd + i) % len(SIDES)
-                for side in SIDES[shift:] + SIDES[:shift]:
-                    rate = self.measure(side, cell.workers, cell.batch)
-                    cell.rates.setdefault(side, []).append(rate)
-                    print(
-                        f"  round {rnd + 1}  connections={cell.workers:<2}  batch={cell.batch:<2}"
-                        f"  {side:<15} {rate:>9,.0f} tasks/s  (load {os.getloadavg()[0]:.1f})",
-                        flush=True,
-                    )
-        return cells
+    def progress(self, rnd: int, cell: Cell, side: str, rate: float) -> str:
+        return (
+            f"  round {rnd + 1}  connections={cell.workers:<2}  batch={cell.batch:<2}"
+            f"  {side:<15} {rate:>9,.0f} tasks/s  (load {os.getloadavg()[0]:.1f})"
+        )
 
 
-def table(cells: list[Cell], args: argparse.Namespace, bench: Bench) -> str:
+def _spread(cell: Cell, side: str, base: str) -> str:
+    """The lowest-highest and the median round ratio of ``side`` to ``base``."""
+    rounds = cell.round_ratios(side, base)
+    if len(rounds) < 2:
+        return ""
+    return f"{rounds[0]:.0%}-{rounds[-1]:.0%}, median {statistics.median(rounds):.0%}"
+
+
+def table(cells: list[Cell], args: argparse.Namespace, bench: RedisBench) -> str:
     loads = bench.loads or [0.0]
-    lines = [
-        f"server: {bench.where}",
-        f"{args.duration:g} s per measurement, {args.rounds} round(s), time-sliced and "
-        f"interleaved; load average (1 min) {min(loads):.1f}-{max(loads):.1f} while measuring",
-        f"target: backend >= {TARGET_RATIO:.0%} of the bare redis-py loop in every cell",
-        "cells: mean tasks/s; ratios summed over rounds (lowest-highest round, median round)",
-        "",
-        "| connections | batch | redis-benchmark | bare redis-py | backend "
-        "| backend / bare | backend / redis-benchmark |",
-        "|--:|--:|--:|--:|--:|:--|:--|",
-    ]
+    rows = []
     for c in cells:
         to_bare, to_rb = c.ratio("backend", "bare"), c.ratio("backend", "redis-benchmark")
         missed = "" if to_bare is None or to_bare >= TARGET_RATIO else " MISSED"
-        spread_bare, spread_rb = c.spread("backend", "bare"), c.spread("backend", "redis-benchmark")
-        lines.append(
-            f"| {c.workers} | {c.batch} | {c.mean('redis-benchmark') or 0:,.0f} "
-            f"| {c.mean('bare') or 0:,.0f} | {c.mean('backend') or 0:,.0f} "
-            f"| {to_bare or 0:.0%}{f' ({spread_bare})' if spread_bare else ''}{missed} "
-            f"| {to_rb or 0:.0%}{f' ({spread_rb})' if spread_rb else ''} |"
+        spread_bare = _spread(c, "backend", "bare")
+        spread_rb = _spread(c, "backend", "redis-benchmark")
+        rows.append(
+            [
+                str(c.workers),
+                str(c.batch),
+                f"{c.mean('redis-benchmark') or 0:,.0f}",
+                f"{c.mean('bare') or 0:,.0f}",
+                f"{c.mean('backend') or 0:,.0f}",
+                f"{to_bare or 0:.0%}{f' ({spread_bare})' if spread_bare else ''}{missed}",
+                f"{to_rb or 0:.0%}{f' ({spread_rb})' if spread_rb else ''}",
+            ]
         )
-    return "\n".join(lines)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+    return markdown_table(
+        bench.where,
+        args,
+        f"time-sliced and interleaved; load average (1 min) {min(loads):.1f}-{max(loads):.1f} "
+        "while measuring",
+        [
+            f"target: backend >= {TARGET_RATIO:.0%} of the bare redis-py loop in every cell",
+            "cells: mean tasks/s; ratios summed over rounds (lowest-highest round, median round)",
+        ],
+        [
+            ("connections", "--:"),
+            ("batch", "--:"),
+            ("redis-benchmark", "--:"),
+            ("bare redis-py", "--:"),
+            ("backend", "--:"),
+            ("backend / bare", ":--"),
+            ("backend / redis-benchmark", ":--"),
+        ],
+        rows,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -483,8 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="default 3 (quick: 1)")
     parser.add_argument("--quick", action="store_true", help="2 s per measurement, 1 round")
     parser.add_argument("--warmup", type=float, default=None, help="seconds (default 2)")
-    parser.add_argument("--workers", type=_ints, default=[1, 4, 16])
-    parser.add_argument("--batches", type=_ints, default=[1, 32])
+    add_cell_arguments(parser)
     parser.add_argument("--fill-chunk", type=int, default=20_000)
     parser.add_argument("--redis-benchmark", default=shutil.which("redis-benchmark"))
     args = parser.parse_args(argv)
@@ -493,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     args.warmup = (1.0 if args.quick else 2.0) if args.warmup is None else args.warmup
     if not args.redis_benchmark:
         parser.error("redis-benchmark not found; pass --redis-benchmark")
-    bench = Bench(args)
+    bench = RedisBench(args)
     try:
         cells = bench.run()
         print()

@@ -11,15 +11,15 @@ def test_each_rule_family_states_its_rules() -> None:
     """Every rule module's docstring names the rules it decides; together, in order,
     they are the checker's RULES."""
     from rdq_compliance.chaos.checker import (
-        clock,
+        endings,
         exclusion,
-        final_state_rules,
-        history,
+        numbering,
         outcomes,
+        storage_clock,
     )
 
     ids: list[str] = []
-    for family in (exclusion, history, outcomes, final_state_rules, clock):
+    for family in (exclusion, numbering, outcomes, endings, storage_clock):
         for rule in family.RULE_IDS:
             assert f"``{rule}``" in (family.__doc__ or ""), (family.__name__, rule)
         ids.extend(family.RULE_IDS)

@@ -60,7 +60,7 @@ The package, one job per module (each imports only the ones above it):
 
 =========================  ==============================================================
 ``index``                  one pass over the history, grouped by task and by claim token
-``final``                  :class:`FinalState` and :func:`read_final_state` (the only I/O)
+``final_state``            :class:`FinalState` and :func:`read_final_state` (the only I/O)
 ``view``                   the run's context, and one task's claims matched with attempts
 ``format``                 storage times, claims and attempts as text; timeline excerpts
 ``findings``               :func:`~findings.finding` (every rule's one way to report),
@@ -68,35 +68,35 @@ The package, one job per module (each imports only the ones above it):
 ``engine``                 what a rule is, and how rules run over a history
 ``exclusion``              ``one-claim``, ``lease-respected``, ``reclaim-expired``,
                            ``lease-expired-recorded``
-``history``                ``history-numbering``, ``execution-count``
+``numbering``              ``history-numbering``, ``execution-count``
 ``outcomes``               ``fencing``, ``outcome-recorded``
-``final_state_rules``      ``no-loss``, ``drain-*``, ``dlq-complete``, ``terminal-final``,
+``endings``                ``no-loss``, ``drain-*``, ``dlq-complete``, ``terminal-final``,
                            ``transition``
-``clock``                  ``storage-clock``
+``storage_clock``          ``storage-clock``
 ``compose``                :func:`check` (every rule) and :data:`RULES`
 =========================  ==============================================================
 """
 
 from __future__ import annotations
 
-from rdq_compliance.chaos.checker.clock import check_storage_clock
 from rdq_compliance.chaos.checker.compose import RULES, check
-from rdq_compliance.chaos.checker.exclusion import (
-    check_lease_expired_recorded,
-    check_mutual_exclusion,
-    check_reclaim_after_expiry,
-)
-from rdq_compliance.chaos.checker.final import FinalState, read_final_state
-from rdq_compliance.chaos.checker.final_state_rules import (
+from rdq_compliance.chaos.checker.endings import (
     check_dlq,
     check_drained,
     check_final_status,
     check_no_loss,
     check_terminal_final,
 )
+from rdq_compliance.chaos.checker.exclusion import (
+    check_lease_expired_recorded,
+    check_mutual_exclusion,
+    check_reclaim_after_expiry,
+)
+from rdq_compliance.chaos.checker.final_state import FinalState, read_final_state
 from rdq_compliance.chaos.checker.findings import Violation
-from rdq_compliance.chaos.checker.history import check_execution_count, check_history_numbering
+from rdq_compliance.chaos.checker.numbering import check_execution_count, check_history_numbering
 from rdq_compliance.chaos.checker.outcomes import check_fencing, check_outcomes_recorded
+from rdq_compliance.chaos.checker.storage_clock import check_storage_clock
 
 __all__ = [
     "RULES",

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import rdq_compliance.chaos.checker.clock as clock
+import rdq_compliance.chaos.checker.endings as endings
 import rdq_compliance.chaos.checker.exclusion as exclusion
-import rdq_compliance.chaos.checker.final_state_rules as final_state_rules
-import rdq_compliance.chaos.checker.history as history
+import rdq_compliance.chaos.checker.numbering as numbering
 import rdq_compliance.chaos.checker.outcomes as outcomes
+import rdq_compliance.chaos.checker.storage_clock as storage_clock
 from rdq_compliance.chaos.checker.engine import History, Rule, run
-from rdq_compliance.chaos.checker.final import FinalState
+from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Violation
 from rdq_compliance.rules import RULES as _RULE_TEXTS
 
@@ -18,22 +18,22 @@ ALL: tuple[Rule, ...] = (
     exclusion.MUTUAL_EXCLUSION,
     exclusion.RECLAIM_AFTER_EXPIRY,
     exclusion.EXPIRIES_RECORDED,
-    history.NUMBERING,
-    history.EXECUTIONS,
+    numbering.NUMBERING,
+    numbering.EXECUTIONS,
     outcomes.FENCED,
     outcomes.OUTCOMES,
-    final_state_rules.NOTHING_LOST,
-    final_state_rules.DRAINED,
-    final_state_rules.DLQ,
-    final_state_rules.TERMINAL,
-    final_state_rules.FINAL_STATUS,
-    clock.STORAGE_CLOCK_RULE,
+    endings.NOTHING_LOST,
+    endings.DRAINED,
+    endings.DLQ,
+    endings.TERMINAL,
+    endings.FINAL_STATUS,
+    storage_clock.STORAGE_CLOCK_RULE,
 )
 
 #: The rules this checker decides, by id, with what each says (from ``rdq_compliance.rules``).
 RULES: dict[str, str] = {
     rule: _RULE_TEXTS[rule]
-    for family in (exclusion, history, outcomes, final_state_rules, clock)
+    for family in (exclusion, numbering, outcomes, endings, storage_clock)
     for rule in family.RULE_IDS
 }
 

@@ -18,7 +18,7 @@ import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rdq_compliance.chaos.checker.final import FinalState
+from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, violations
 from rdq_compliance.chaos.checker.index import HistoryIndex, index_history
 from rdq_compliance.chaos.checker.view import Context, View, build_view

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from rdq_compliance.chaos.checker.engine import History, Rule, run
-from rdq_compliance.chaos.checker.final import FinalState
+from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import att_desc, claim_desc, ops_desc, storage_time
 from rdq_compliance.chaos.checker.index import JournalClaim, proc_of

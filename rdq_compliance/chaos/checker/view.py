@@ -15,7 +15,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from rdq_compliance.chaos.checker.final import FinalState
+from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.index import (
     HistoryIndex,
     JournalClaim,

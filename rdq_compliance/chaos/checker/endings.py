@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from rdq_compliance.chaos.checker.engine import History, Rule, run
-from rdq_compliance.chaos.checker.final import FinalState
+from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import att_desc, claim_desc, storage_time
 from rdq_compliance.chaos.checker.index import DEAD_LETTER

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rdq_compliance.chaos.checker.engine import History, Rule, run
-from rdq_compliance.chaos.checker.final import FinalState
+from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import ms, storage_time
 from rdq_compliance.chaos.checker.index import CLAIM, HEARTBEAT
