@@ -89,8 +89,23 @@ def test_a_stale_outcome_accepted_is_rejected() -> None:
     acknowledged, written = fenced
     assert_names(acknowledged, "t1", ("w0", "w1"), (A, B))
     assert "records that claim as attempt 1 LEASE_EXPIRED" in acknowledged.message
-    assert_names(written, "t1", ("w1",), (B,))
+    # the claim whose attempt it is, and the stale holder whose complete wrote it
+    assert_names(written, "t1", ("w0", "w1"), (A, B))
     assert "refused as stale" in written.message
+    assert "may have written it: complete with the token of the claim of w0" in written.message
+
+
+def test_an_outcome_written_while_its_holder_made_no_call_names_the_stale_writer() -> None:
+    """w1 reclaims and dies at once (no outcome call); w0's late complete is accepted and
+    lands as w1's attempt: the message names w1's claim and w0's call."""
+    h, _ = stale_worker(None, "ok")
+    h.events = [e for e in h.events if not (e["proc"] == "w1" and e["op"] in ("complete", "run"))]
+    state = final(task("t1", Status.SUCCEEDED, att(1, 0, 10, EXPIRED), att(2, 10, 12.5, SUCCESS)))
+    written = [v for v in of(check(h.events, state), "fencing") if "another (stale)" in v.message]
+    assert len(written) == 1
+    assert_names(written[0], "t1", ("w0", "w1"), (A, B))
+    assert "its holder made no outcome call" in written[0].message
+    assert "complete with the token of the claim of w0" in written[0].message
 
 
 def test_an_outcome_accepted_after_the_next_claim_is_rejected() -> None:

@@ -114,14 +114,28 @@ def _fencing(ctx: Context, v: View, out: list[Finding]) -> None:
                 if calls
                 else "its holder made no outcome call"
             )
+            # who could have written it: the task's other claims whose outcome call
+            # may have taken effect (acknowledged, unknown, or left open)
+            writers = [
+                o
+                for o in claims
+                if o is not c and (ot := ctx.own(o)) is not None and ot.outcome_may_have_applied()
+            ]
+            through = (
+                "; the outcome call(s) that may have written it: "
+                + ", ".join(f"{ops_desc(o.tok)} with the token of {claim_desc(o)}" for o in writers)
+                if writers
+                else ""
+            )
             out.append(
                 finding(
                     FENCING,
                     v.task_id,
-                    (c,),
+                    [o for o in claims if o is c or o in writers],
                     f"the history holds an outcome for {claim_desc(c)} "
                     f"({att_desc(atts[acc])}), but {said}: the outcome was written "
-                    "through another (stale) token",
+                    f"through another (stale) token{through}",
+                    anchor=c.event,
                 )
             )
     # an outcome attempt must start at a claim a worker made
