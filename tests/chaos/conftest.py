@@ -13,9 +13,8 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _chaos_support import start_session  # noqa: E402
-
 from rdq_compliance.session import Session  # noqa: E402
+from tests.chaos._chaos_support import start_session  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _chaos_support import SMOKE
 
 from rdq_compliance.chaos.events import read_journal
 from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import load_scenario
+from tests.chaos._chaos_support import SMOKE
 
 HERE = Path(__file__).resolve().parent
 REPORT_FILES = ("results.json", "seed.txt", "timeline.html", "junit.xml", "final-state.jsonl")

@@ -22,7 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from _chaos_support import wait_gone
 
 from rdq_compliance import registry
 from rdq_compliance.chaos.nemesis import plan_faults
@@ -32,6 +31,7 @@ from rdq_compliance.provision.backend import FAILOVER, ProvisionUnavailable
 from rdq_compliance.provision.forwarder import Forwarder
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
+from tests.chaos._chaos_support import wait_gone
 
 #: backend -> (the asynchronous option, the synchronous option)
 REPLICAS = {

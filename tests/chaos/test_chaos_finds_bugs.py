@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 
-import _bug_hunt as bugs
 import pytest
 
 from rdq_compliance.chaos.events import read_history
+from tests.chaos import _bug_hunt as bugs
 
 pytestmark = [pytest.mark.chaos]
 

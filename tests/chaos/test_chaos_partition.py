@@ -17,7 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from _chaos_support import SMOKE
 
 from rdq_compliance.chaos.events import Journal, read_journal
 from rdq_compliance.chaos.journal_observer import LockedJournal
@@ -25,6 +24,7 @@ from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, PlannedFa
 from rdq_compliance.chaos.report import build_timeline
 from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
 from rdq_compliance.provision import netns
+from tests.chaos._chaos_support import SMOKE
 
 PARTITION = "partition"
 
@@ -251,9 +251,8 @@ def test_a_sigkilled_owner_leaves_no_namespace_and_no_veth():
 
 
 def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):
-    from _chaos_support import start_session
-
     from rdq_compliance.chaos.partitions import worker_network
+    from tests.chaos._chaos_support import start_session
 
     session = start_session("sqlite", tmp_path / "server")
     try:
@@ -269,7 +268,7 @@ def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):
 
 @pytest.fixture
 def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    from _chaos_support import broken_workers
+    from tests.chaos._chaos_support import broken_workers
 
     return broken_workers(monkeypatch, tmp_path, "RDQ_PARTITION_VICTIMS")
 
@@ -278,9 +277,8 @@ def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 def test_a_correct_backend_passes_the_partition_campaign(server: str, tmp_path: Path) -> None:
     """Mongo is the local rung's SecantusDB (a MongoDB wire-protocol stand-in) here."""
     _needs_netns()
-    from _chaos_support import start_session
-
     from rdq_compliance.chaos.runner import run_campaign
+    from tests.chaos._chaos_support import start_session
 
     session = start_session(server, tmp_path / "server")
     try:
@@ -305,7 +303,7 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     the previous holder's lease was extended), a task whose heartbeat it took as applied,
     and both workers."""
     _needs_netns()
-    from _chaos_support import calm_then_faulted, start_session
+    from tests.chaos._chaos_support import calm_then_faulted, start_session
 
     victims = workers_import_this_folder
     name = f"_broken_partition_backends:{server}_hb_timeout_taken_as_extended"

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from _chaos_support import SMOKE
 
 from rdq_compliance.chaos.events import Journal, read_journal
 from rdq_compliance.chaos.journal_observer import LockedJournal
@@ -19,6 +18,7 @@ from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, PlannedFa
 from rdq_compliance.chaos.report import build_timeline
 from rdq_compliance.chaos.scenario import load_scenario
 from rdq_compliance.provision.backend import UnsupportedFault
+from tests.chaos._chaos_support import SMOKE
 
 
 class FakeClock:
@@ -163,7 +163,7 @@ FREEZE = Path(__file__).resolve().parent / "freeze.toml"
 
 @pytest.fixture
 def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    from _chaos_support import broken_workers
+    from tests.chaos._chaos_support import broken_workers
 
     return broken_workers(monkeypatch, tmp_path, "RDQ_FREEZE_VICTIMS")
 
@@ -176,7 +176,7 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
     naming the rule (``fencing``: the acknowledged outcome names a claim the history ended
     LEASE_EXPIRED and reclaimed; or ``outcome-recorded``), a task whose report it took as
     applied, and the workers."""
-    from _chaos_support import calm_then_faulted, start_session
+    from tests.chaos._chaos_support import calm_then_faulted, start_session
 
     victims = workers_import_this_folder
     name = f"_broken_freeze_backends:{server}_acks_timed_out_reports"

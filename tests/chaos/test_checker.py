@@ -12,20 +12,15 @@ same simulator.
 from __future__ import annotations
 
 import copy
-import sys
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import rdq_broken_backends as broken  # tests/ is on sys.path: tests/conftest.py
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # checker_sim, whatever the conftest
-
-import rdq_broken_backends as broken  # tests/ is on sys.path: tests/conftest.py
-from checker_sim import LEASE_US, Sim, run
 
 from rdq_compliance.chaos import checker
 from rdq_compliance.chaos.checker import FinalState, Violation, check
@@ -39,6 +34,7 @@ from rdq_core.model import (
     micros_from_utc,
     utc_from_micros,
 )
+from tests.chaos.checker_sim import LEASE_US, Sim, run
 
 # ---- a small builder for crafted histories ----------------------------------------------------
 

@@ -20,9 +20,10 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import psycopg  # noqa: E402
-from _pg_support import require_server  # noqa: E402
 from rdq_postgres.server import PostgresServer  # noqa: E402
 from rdq_postgres.storage import PostgresStorage  # noqa: E402
+
+from tests.backends.postgres._pg_support import require_server  # noqa: E402
 
 
 @pytest.fixture(scope="session")

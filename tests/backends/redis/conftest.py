@@ -19,9 +19,10 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _redis_support import require_server  # noqa: E402
 from rdq_redis.plugin import RedisServer  # noqa: E402
 from rdq_redis.storage import RedisStorage  # noqa: E402
+
+from tests.backends.redis._redis_support import require_server  # noqa: E402
 
 
 @pytest.fixture(scope="session")

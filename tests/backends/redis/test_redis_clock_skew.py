@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _skew_support import assert_caught, assert_clean, skew_campaign, variant_session
+
+from tests._skew_support import assert_caught, assert_clean, skew_campaign, variant_session
 
 pytestmark = [pytest.mark.chaos]
 

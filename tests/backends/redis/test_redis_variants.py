@@ -39,9 +39,9 @@ from pathlib import Path
 
 import pytest
 import rdq_broken_redis as broken
-from _redis_support import with_query
 
 from rdq_compliance.rules import RULES
+from tests.backends.redis._redis_support import with_query
 
 HERE = Path(__file__).resolve().parent
 CONFORMANCE = "not chaos and not stateful"
