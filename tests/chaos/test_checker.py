@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import rdq_broken_backends as broken  # tests/ is on sys.path: tests/conftest.py
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +33,7 @@ from rdq_core.model import (
     micros_from_utc,
     utc_from_micros,
 )
+from tests.broken import memory as broken
 from tests.chaos.checker_sim import LEASE_US, Sim, run
 
 # ---- a small builder for crafted histories ----------------------------------------------------
