@@ -237,14 +237,6 @@ def hunt(bug: BugCase, workdir: Path, scenario: Scenario | None = None) -> Hunt:
     return Hunt(bug, result, first_found(result, bug.rules), dict(counts), time.monotonic() - start)
 
 
-def baseline(workdir: Path, scenario: Scenario | None = None) -> CampaignResult:
-    """The same run against the correct SQLite backend (it must pass)."""
-    scenario = scenario or load_scenario("standard")
-    settings = Settings(backend="sqlite", docker=False)
-    with Session(settings, workdir=workdir / "server") as session:
-        return run_campaign(scenario, session=session, outdir=workdir / "report")
-
-
 def run_line(result: CampaignResult, rules: Iterable[str]) -> dict[str, str]:
     """One run's figures, as ``benchmarks/partition_bug.py`` prints them: the earliest
     violation of one of ``rules`` (when the history first showed it), every violation by
@@ -261,18 +253,3 @@ def run_line(result: CampaignResult, rules: Iterable[str]) -> dict[str, str]:
         "found after": f"{first.after:.1f} s" if first else "-",
         "run time": f"{result.duration:.1f} s",
     }
-
-
-def table(rows: list[dict[str, str]]) -> str:
-    """A Markdown table of :meth:`Hunt.row` lines."""
-    if not rows:
-        return ""
-    heads = list(rows[0])
-    widths = [max(len(h), *(len(r[h]) for r in rows)) for h in heads]
-    line = "| " + " | ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)) + " |"
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = [
-        "| " + " | ".join(r[h].ljust(w) for h, w in zip(heads, widths, strict=True)) + " |"
-        for r in rows
-    ]
-    return "\n".join([line, sep, *body])
