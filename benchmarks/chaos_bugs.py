@@ -1,11 +1,15 @@
 """Benchmark of the chaos suite as a bug finder: each SPEC §5 class it must catch, once.
 
-For each broken multi-process backend of ``tests/chaos/_broken_chaos_backends.py``
-(classes 1, 2, 3, 4, 7, 8), runs the standard chaos scenario (unchanged: 8 worker
-processes, 2,000 tasks, 40 s of faults, then the drain) against a fresh SQLite server
-and prints a table: the rule the checker named, how many violations, how long after
-the campaign's start the history first showed the bug, and the whole run's time; then
-the same run against the correct SQLite backend, for reference (it must pass)::
+For each broken multi-process backend the standard chaos suite must catch
+(``tests.broken.sqlite:<bug>``, classes 1, 2, 3, 4, 7, 8: the catalogue's,
+``tests/broken/catalogue.py``), runs the kit's proof of it,
+``pytest tests/chaos/test_chaos_finds_bugs.py``, one case at a time: the standard chaos
+scenario (unchanged: 8 worker processes, 2,000 tasks, 40 s of faults, then the drain)
+against a fresh SQLite server. It prints a table of the figures each case records: the
+rule the checker named, how many violations, how long after the campaign's start the
+history first showed the bug, and the whole run's time; then the same campaign against
+the correct SQLite backend, for reference (``rdq-chaos run SCENARIO --backend sqlite``: it
+must pass)::
 
     python benchmarks/chaos_bugs.py                    # every class, one after the other
     python benchmarks/chaos_bugs.py --class 1 --class 4
@@ -18,80 +22,105 @@ class was not found (or the reference run did not pass).
 from __future__ import annotations
 
 import argparse
-import os
+import json
+import re
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CHAOS_TESTS = ROOT / "tests" / "chaos"
-sys.path.insert(0, str(CHAOS_TESTS))
+from _proof_runs import ROOT, collect, environment, run, table
 
-import _bug_hunt as bugs  # noqa: E402
+PROOF = "tests/chaos/test_chaos_finds_bugs.py"
+CASE = re.compile(r"\[class(\d+)-(\w+)\]$")
 
-from rdq_compliance.chaos.scenario import load_scenario  # noqa: E402
+
+def cases() -> dict[int, str]:
+    """SPEC §5 class -> the proof's node id for it (from its collection)."""
+    out = {}
+    for node in collect(PROOF):
+        found = CASE.search(node)
+        if found:
+            out[int(found[1])] = node
+    return out
+
+
+def reference(scenario: str, outdir: Path) -> dict[str, str]:
+    """``rdq-chaos run SCENARIO --backend sqlite``: the correct backend, as a user runs it."""
+    cmd = [sys.executable, "-m", "rdq_compliance.chaos.cli", "run", scenario,
+           "--backend", "sqlite", "--no-docker", "--quiet", "--out", str(outdir)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True)
+    results = outdir / "results.json"
+    if not results.is_file():
+        raise SystemExit(f"rdq-chaos wrote no results.json:\n{done.stdout}{done.stderr}")
+    r = json.loads(results.read_text())
+    ok = r["verdict"] == "pass" and r["drained"]
+    return {
+        "class": "-",
+        "variant": "sqlite (correct)",
+        "rule fired": "none (pass)" if ok else "UNEXPECTED",
+        "violations": str(len(r["violations"])),
+        "found after": "-",
+        "run time": f"{r['duration_s']:.1f} s",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    known = cases()
     ap.add_argument(
         "--class",
         dest="classes",
         type=int,
         action="append",
-        choices=[c.spec_class for c in bugs.CASES],
+        choices=sorted(known),
         help="a SPEC §5 class to run (repeatable; default: all)",
     )
     ap.add_argument("--scenario", default="standard", help="scenario file or built-in name")
-    ap.add_argument("--keep", help="keep the report folders under this directory")
+    ap.add_argument(
+        "--keep", help="keep the proof's folders (reports) under this directory (emptied first)"
+    )
     ap.add_argument(
         "--no-baseline",
         action="store_true",
         help="skip the reference run against the correct SQLite backend",
     )
     args = ap.parse_args(argv)
-
-    os.environ["PYTHONPATH"] = bugs.pythonpath_with_here(os.environ.get("PYTHONPATH"))
-    scenario = load_scenario(args.scenario)
-    chosen = [c for c in bugs.CASES if not args.classes or c.spec_class in args.classes]
-    print(
-        f"scenario {scenario.name!r} (seed {scenario.seed}): {scenario.workers.count} workers, "
-        f"{scenario.workload.tasks} tasks, lease {scenario.workers.lease:g} s, "
-        f"{scenario.duration:g} s of faults, drain timeout {scenario.limits.drain_timeout:g} s"
-    )
+    given = Path(args.scenario)
+    scenario = str(given.resolve()) if given.exists() else args.scenario  # the proof runs in ROOT
+    print(f"scenario {args.scenario!r}; the proof: {PROOF}", flush=True)
     rows = []
     missed = 0
     total = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rdq-chaos-bugs-") as tmp:
-        base = Path(args.keep) if args.keep else Path(tmp)
-        for bug in chosen:
-            print(f"§5.{bug.spec_class} {bug.attr}: {bug.breaks} ...", flush=True)
-            h = bugs.hunt(bug, base / f"class{bug.spec_class}", scenario)
-            rows.append(h.row())
-            first = h.first
-            if first is None:
+        base = Path(tmp)
+        for spec_class in args.classes or sorted(known):
+            node = known[spec_class]
+            print(f"§5.{spec_class}: {node} ...", flush=True)
+            keep = Path(args.keep).resolve() / f"class{spec_class}" if args.keep else None
+            extra = [f"--basetemp={keep}"] if keep else []
+            (case,) = run(node, f"--rdq-chaos-scenario={scenario}", *extra,
+                          junit=base / f"class{spec_class}.xml")  # fmt: skip
+            if "row" not in case.properties:
                 missed += 1
-                print(f"  NOT FOUND: rules reported {dict(h.by_rule)}")
+                print(f"  NO FIGURES ({case.outcome}): {case.message[:500]}")
+                continue
+            row = json.loads(case.properties["row"])
+            rows.append(row)
+            if row["rule fired"] == "NOT FOUND" or case.outcome != "passed":
+                missed += 1
+                print(f"  {row['rule fired']} ({case.outcome}): rules reported {row['violations']}")
             else:
-                v = first.violation
-                print(f"  {first.rule} after {first.after:.1f} s: {v.message[:300]}")
+                print(f"  {case.properties['backend']}: {row['rule fired']} after "
+                      f"{row['found after']}: {case.properties['first']}")  # fmt: skip
         if not args.no_baseline:
             print("reference: the correct sqlite backend ...", flush=True)
-            r = bugs.baseline(base / "reference", scenario)
-            rows.append(
-                {
-                    "class": "-",
-                    "variant": "sqlite (correct)",
-                    "rule fired": "none (pass)" if r.ok else "UNEXPECTED",
-                    "violations": str(len(r.violations)),
-                    "found after": "-",
-                    "run time": f"{r.duration:.1f} s",
-                }
-            )
-            missed += 0 if r.ok and r.drained else 1
+            row = reference(scenario, base / "reference")
+            rows.append(row)
+            missed += 0 if row["rule fired"] == "none (pass)" else 1
     print()
-    print(bugs.table(rows))
+    print(table(rows))
     print(f"\ntotal: {time.monotonic() - total:.0f} s")
     return 1 if missed else 0
 

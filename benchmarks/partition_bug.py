@@ -1,11 +1,14 @@
 """Benchmark of the partition fault as a bug finder: the variant only a partition exposes.
 
-For PostgreSQL and Redis (servers the kit starts from local binaries), runs
-``chaos/partition.toml`` against ``tests/chaos/_broken_partition_backends.py``'s
-storage (a heartbeat unanswered within 0.4 s, sent with more than half the lease left,
-taken as applied) twice: without its partitions (it must pass) and with them (it must
-fail, rule ``lease-respected``); prints the rule, the violations, how long after the
-campaign's start the history first showed the bug and the run times::
+For PostgreSQL and Redis (servers the kit starts from local binaries), runs the kit's proof
+``pytest tests/chaos/test_chaos_partition.py -k test_only_a_partition_exposes...``: the
+storage ``tests.broken.postgres:hb_timeout_taken_as_extended`` /
+``tests.broken.redis:hb_timeout_taken_as_extended`` (a heartbeat unanswered within 0.4 s,
+sent with more than half the lease left, taken as applied) through ``chaos/partition.toml``
+twice — without its partitions (it must pass) and with them (it must fail, rule
+``lease-respected``) — and prints the figures the proof records for both runs: the rule,
+the violations, how long after the campaign's start the history first showed the bug and
+the run times::
 
     sudo python benchmarks/partition_bug.py             # postgres, then redis
     sudo python benchmarks/partition_bug.py --server redis
@@ -17,55 +20,49 @@ Exit status 1 if the variant passed the partitions or failed without them.
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import sys
 import tempfile
-from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CHAOS_TESTS = ROOT / "tests" / "chaos"
-sys.path.insert(0, str(CHAOS_TESTS))
+from _proof_runs import run
 
-import _bug_hunt as bugs  # noqa: E402
-from _chaos_support import start_session  # noqa: E402
-
-from rdq_compliance.chaos.runner import run_campaign  # noqa: E402
-from rdq_compliance.chaos.scenario import load_scenario  # noqa: E402
-
-RULES = ("lease-respected", "one-claim", "fencing")
+PROOF = "tests/chaos/test_chaos_partition.py"
+TEST = "test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied"
+#: The variant the proof runs on each server (tests/broken/catalogue.py lists them).
+VARIANTS = {
+    "postgres": "tests.broken.postgres:hb_timeout_taken_as_extended",
+    "redis": "tests.broken.redis:hb_timeout_taken_as_extended",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server", action="append", choices=("postgres", "redis"))
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--server", action="append", choices=sorted(VARIANTS))
     args = ap.parse_args(argv)
-    os.environ["PYTHONPATH"] = bugs.pythonpath_with_here(os.environ.get("PYTHONPATH"))
     failed = False
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="rdq-partition-bench-") as tmp:
+        for server in args.server or ["postgres", "redis"]:
+            print(f"{VARIANTS[server]} ...", file=sys.stderr, flush=True)
+            (case,) = run(f"{PROOF}::{TEST}[{server}]", junit=Path(tmp) / f"{server}.xml")
+            for label, key in (("none", "calm"), ("5 x 2 workers", "faulted")):
+                if key not in case.properties:
+                    failed = True
+                    lines.append(f"| {server} | {label} | NO FIGURES ({case.outcome}) | | | |")
+                    continue
+                r = json.loads(case.properties[key])
+                lines.append(
+                    f"| {server} | {label} | {r['rule fired']} | {r['violations']} | "
+                    f"{r['found after']} | {r['run time']} |"
+                )
+                failed |= (label == "none") != (r["rule fired"] == "none (pass)")
+            failed |= case.outcome != "passed"
+            if case.outcome != "passed":
+                print(f"{server}: the proof {case.outcome}: {case.message[:500]}", file=sys.stderr)
     print("| server | partitions | rule fired | violations | found after | run time |")
     print("|--------|------------|------------|------------|-------------|----------|")
-    for server in args.server or ["postgres", "redis"]:
-        name = f"_broken_partition_backends:{server}_hb_timeout_taken_as_extended"
-        with tempfile.TemporaryDirectory(prefix="rdq-partition-bench-") as tmp:
-            session = start_session(name, Path(tmp) / "server")
-            try:
-                cut = load_scenario("partition")
-                calm = replace(cut, faults=cut.faults.replace(partitions=0))
-                for label, scenario in (("none", calm), ("5 x 2 workers", cut)):
-                    r = run_campaign(scenario, session=session, outdir=Path(tmp) / label[:4])
-                    found = bugs.first_found(r, RULES)
-                    first = min(found.values(), key=lambda f: f.at, default=None)
-                    counts = Counter(v.rule for v in r.violations)
-                    shown = ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
-                    print(
-                        f"| {server} | {label} | {first.rule if first else 'none (pass)'} | "
-                        f"{len(r.violations)}{f' ({shown})' if shown else ''} | "
-                        f"{f'{first.after:.1f} s' if first else '-'} | {r.duration:.1f} s |"
-                    )
-                    failed |= (label == "none") == bool(r.violations)
-            finally:
-                session.close()
+    print("\n".join(lines))
     return 1 if failed else 0
 
 

@@ -1,11 +1,13 @@
 """Benchmark of the stateful machine as a bug finder: every SPEC §5 class, from scratch.
 
-For each broken backend of ``tests/rdq_broken_backends.py`` that the machine hunts
-(``tests/stateful_hunt.py``), runs the machine from scratch (no ``@example``, no example
-database; the ``ci`` profile's programs of up to 30 steps, up to 3,000 of them) once per
-seed, and prints a Markdown table: the rule the violation named, how many examples and
-seconds it took to the first failure, how many steps the shrunk program has, and the
-whole run's time (finding and shrinking)::
+For each broken backend of ``tests/broken/memory.py`` that the machine hunts (the
+catalogue's, ``tests/broken/catalogue.py``; e.g. ``tests.broken.memory:limit_ignored``),
+runs the kit's proof ``pytest tests/test_stateful_finds_bugs.py`` once per seed
+(``--rdq-hypothesis-seed``): the machine from scratch (no ``@example``, no example
+database; the ``ci`` profile's programs of up to 30 steps, up to 3,000 of them). It prints
+a Markdown table of what each hunt records: the rule the violation named, how many
+examples and seconds it took to the first failure, how many steps the shrunk program has,
+and the whole run's time (finding and shrinking)::
 
     python benchmarks/stateful_bugs.py                     # seeds 0 1 2, every class
     python benchmarks/stateful_bugs.py --seeds 0 --only lease_expired_numbered_from_count
@@ -14,89 +16,167 @@ whole run's time (finding and shrinking)::
 ``--write`` replaces the section "Stateful machine: bug classes found" of BENCHMARKS.md
 (re-read just before writing; every other section is kept as it is), or appends it.
 Exit status 1 if a class was not found, named the wrong rule, or shrank to more than
-``stateful_hunt.MAX_SHRUNK_STEPS`` steps.
+``tests.stateful_hunt.MAX_SHRUNK_STEPS`` steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from _proof_runs import ROOT, CaseRun, run
 
-import stateful_hunt as sh  # noqa: E402
-
+PROOF = "tests/test_stateful_finds_bugs.py"
 SECTION = "## Stateful machine: bug classes found"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
+
+
+@dataclass
+class Hunt:
+    """One hunt, as the proof recorded it."""
+
+    variant: str
+    bug_class: str
+    rules: list[str]
+    seed: int
+    found: bool
+    rule: str | None
+    examples_to_find: int | None
+    seconds_to_find: float | None
+    shrunk_steps: int | None
+    seconds_total: float
+    program: list[str]
+    budget: int
+    max_shrunk_steps: int
+
+    @classmethod
+    def of(cls, case: CaseRun) -> Hunt:
+        p = case.properties
+
+        def num(name: str, kind: type) -> object:
+            return None if p.get(name) in (None, "", "None") else kind(p[name])
+
+        return cls(
+            variant=p["variant"],
+            bug_class=p["bug_class"],
+            rules=json.loads(p["rules"]),
+            seed=int(p["seed"]),
+            found=p["found"] == "True",
+            rule=None if p["rule"] in ("", "None") else p["rule"],
+            examples_to_find=num("examples_to_find", int),  # type: ignore[arg-type]
+            seconds_to_find=num("seconds_to_find", float),  # type: ignore[arg-type]
+            shrunk_steps=num("shrunk_steps", int),  # type: ignore[arg-type]
+            seconds_total=float(p["seconds_total"]),
+            program=json.loads(p["program"]),
+            budget=int(p["hunt_examples"]),
+            max_shrunk_steps=int(p["max_shrunk_steps"]),
+        )
+
+
+def hunts(seed: int, only: list[str], tmp: Path) -> tuple[list[Hunt], dict[str, str]]:
+    """Every hunt of the proof for ``seed`` (of ``only``'s variants), and the variants it
+    does not hunt with why."""
+    select = "test_every_broken_backend_is_hunted_or_excused or (test_machine_finds_and"
+    select += f"_shrinks_the_bug and ({' or '.join(only)}))" if only else "_shrinks_the_bug)"
+    cases = run(PROOF, "-k", select, f"--rdq-hypothesis-seed={seed}", junit=tmp / f"{seed}.xml")
+    excused: dict[str, str] = {}
+    found = []
+    for case in cases:
+        if "not_hunted" in case.properties:
+            excused = json.loads(case.properties["not_hunted"])
+        elif "variant" in case.properties:
+            if not only or case.properties["variant"] in only:  # -k matches substrings
+                found.append(Hunt.of(case))
+        else:
+            raise SystemExit(f"{case.name} recorded nothing ({case.outcome}): {case.message}")
+    return found, excused
 
 
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def run(seeds: list[int], only: list[str]) -> tuple[list[str], list[str], bool]:
+def run_hunts(
+    seeds: list[int], only: list[str]
+) -> tuple[list[str], list[str], bool, dict[str, str], int]:
+    by_variant: dict[str, list[Hunt]] = {}
+    excused: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="rdq-stateful-bugs-") as tmp:
+        for seed in seeds:
+            found, excused = hunts(seed, only, Path(tmp))
+            for h in found:
+                by_variant.setdefault(h.variant, []).append(h)
     rows = []
-    programs = []
-    ok = True
-    for case in sh.CASES:
-        if only and case.variant not in only:
-            continue
-        hunts = [sh.hunt(case, seed=seed) for seed in seeds]
-        for h in hunts:
+    programs: list[str] = []
+    ok = bool(by_variant)
+    budget = 0
+    for variant, hunted in by_variant.items():
+        for h in hunted:
+            budget = h.budget
             good = (
                 h.found
-                and h.rule in case.rules
+                and h.rule in h.rules
                 and h.shrunk_steps is not None
-                and h.shrunk_steps <= sh.MAX_SHRUNK_STEPS
+                and h.shrunk_steps <= h.max_shrunk_steps
             )
             ok = ok and good
             print(
-                f"{case.variant} seed {h.seed}: found={h.found} rule={h.rule} "
+                f"{variant} seed {h.seed}: found={h.found} rule={h.rule} "
                 f"examples={h.examples_to_find} seconds={h.seconds_to_find} "
                 f"shrunk={h.shrunk_steps} total={h.seconds_total:.1f}s{'' if good else '  FAIL'}",
                 file=sys.stderr,
                 flush=True,
             )
-        examples = [h.examples_to_find for h in hunts if h.examples_to_find is not None]
-        seconds = [h.seconds_to_find for h in hunts if h.seconds_to_find is not None]
-        steps = [h.shrunk_steps for h in hunts if h.shrunk_steps is not None]
-        totals = [h.seconds_total for h in hunts]
-        rules = sorted({h.rule or "NOT FOUND" for h in hunts})
-        first = hunts[0]
+        examples = [h.examples_to_find for h in hunted if h.examples_to_find is not None]
+        seconds = [h.seconds_to_find for h in hunted if h.seconds_to_find is not None]
+        steps = [h.shrunk_steps for h in hunted if h.shrunk_steps is not None]
+        totals = [h.seconds_total for h in hunted]
+        rules = sorted({h.rule or "NOT FOUND" for h in hunted})
+        first = hunted[0]
         rows.append(
-            f"| {case.bug_class} | `{case.variant}` | {', '.join(f'`{r}`' for r in rules)} "
+            f"| {first.bug_class} | `{variant}` | {', '.join(f'`{r}`' for r in rules)} "
             f"| {first.examples_to_find} / {_median(examples):g} / {max(examples, default=0)} "
             f"| {first.seconds_to_find} / {_median(seconds):.2f} / {max(seconds, default=0):.2f} "
             f"| {first.shrunk_steps} / {max(steps, default=0)} "
             f"| {_median(totals):.1f} |"
         )
-        if case.variant == "lease_expired_numbered_from_count":
+        if variant == "lease_expired_numbered_from_count":
             programs = first.program
-    return rows, programs, ok
+    return rows, programs, ok, excused, budget
 
 
-def section(rows: list[str], program: list[str], seeds: list[int], seconds: float) -> str:
+def section(
+    rows: list[str],
+    program: list[str],
+    seeds: list[int],
+    seconds: float,
+    excused: dict[str, str],
+    budget: int,
+) -> str:
     seeds_s = " ".join(str(s) for s in seeds)
     head = f"""{SECTION}
 
 What is measured: the stateful machine (`rdq_compliance/stateful/`) hunting each
-deliberately broken backend of `tests/rdq_broken_backends.py` (the reference store with
+deliberately broken backend of `tests/broken/memory.py` (the reference store with
 one piece done the way a real queue once got it wrong) **from scratch**: no `@example`,
 no example database, the `ci` profile's programs (up to 30 steps) with a budget of
-{sh.HUNT_EXAMPLES:,} programs, seeds {seeds_s}. "Examples" counts the programs hypothesis ran
+{budget:,} programs, seeds {seeds_s}. "Examples" counts the programs hypothesis ran
 up to and including the first failing one; "seconds" is the time to that failure;
 "shrunk" is the number of steps (the `start_with_tasks` initial step included) of the
 program hypothesis shrank it to; "whole run" adds the shrinking. Each cell with three
 figures is seed 0 / median / max over the seeds; "shrunk" is seed 0 / max.
 
-Command (from the repository root, in the project's venv; the kit's own test
-`tests/test_stateful_finds_bugs.py` asserts the same for seed 0):
+Command (from the repository root, in the project's venv; it runs the kit's own test
+`tests/test_stateful_finds_bugs.py` once per seed, which asserts the same, and tabulates
+what each hunt records):
 
 ```
 python benchmarks/stateful_bugs.py --seeds {seeds_s} --write
@@ -118,8 +198,8 @@ not: each seed is deterministic). Whole benchmark: {seconds / 60:.1f} min.
             + "\n".join(program)
             + "\n```\n"
         )
-    excused = "".join(f"\n- `{k}`: {v}" for k, v in sh.NOT_HUNTED.items())
-    return head + "\n".join(rows) + "\n" + tail + "\nNot hunted:" + excused + "\n"
+    excused_lines = "".join(f"\n- `{k}`: {v}" for k, v in excused.items())
+    return head + "\n".join(rows) + "\n" + tail + "\nNot hunted:" + excused_lines + "\n"
 
 
 def write(text: str) -> None:
@@ -143,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    rows, program, ok = run(args.seeds, args.only)
-    text = section(rows, program, args.seeds, time.perf_counter() - started)
+    rows, program, ok, excused, budget = run_hunts(args.seeds, args.only)
+    text = section(rows, program, args.seeds, time.perf_counter() - started, excused, budget)
     print(text)
     if args.write:
         write(text)

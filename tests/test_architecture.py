@@ -10,7 +10,11 @@ module level or inside a function, ``TYPE_CHECKING`` blocks included):
 - nothing is looked up by ``importlib`` but a backend named ``module:attribute`` (the
   registry); the checker in particular is imported;
 - the watchdog script of managed processes, and the reaper script of kit containers,
-  are stdlib-only and never imported.
+  are stdlib-only and never imported;
+- nothing edits ``sys.path`` (the kit's tests are a package tree imported by dotted
+  names; spawned processes get ``PYTHONPATH``); no benchmark imports the kit's tests
+  (they run them, or the kit's commands, in a subprocess), and every broken variant a
+  benchmark names (``tests.broken.<store>:<bug>``) is in ``tests/broken/catalogue.py``.
 
 Each rule is shown to fail on a crafted tree too, so none of them can pass vacuously.
 """
@@ -18,6 +22,7 @@ Each rule is shown to fail on a crafted tree too, so none of them can pass vacuo
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -309,3 +314,111 @@ def test_each_rule_fails_on_a_crafted_tree(tmp_path):
     assert backend_knowledge_problems(g) == ["rdq_compliance.a imports the backend rdq_pg.storage"]
     assert cycles(g) == [["rdq_compliance.a", "rdq_compliance.b"]]
     assert lookup_problems(root) == ["rdq_compliance.b looks a module up by name (importlib)"]
+
+
+# ---- the kit's own tests and benchmarks: dotted names, no sys.path surgery -------------------
+
+#: Folders of the checkout that are not its code.
+_NOT_CODE = {".git", ".venv", ".v", "build", "dist", "node_modules", "__pycache__"}
+_DOTTED_VARIANT = re.compile(r"\btests\.broken\.(\w+):(\w+)")
+
+
+def python_files(root: Path) -> list[Path]:
+    return sorted(
+        p for p in root.rglob("*.py") if not _NOT_CODE & set(p.relative_to(root).parts[:-1])
+    )
+
+
+def sys_path_problems(root: Path) -> list[str]:
+    """Code that edits ``sys.path`` (``sys.path.insert/append/extend``, or assigns to it):
+    modules are found by their dotted names and ``PYTHONPATH`` / pytest's ``pythonpath``."""
+    out = []
+    for path in python_files(root):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            target = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("insert", "append", "extend"):
+                    target = node.func.value
+            elif isinstance(node, ast.Assign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                target = next((t for t in targets if ast.unparse(t).startswith("sys.path")), None)
+            if target is not None and ast.unparse(target).startswith("sys.path"):
+                rel = path.relative_to(root)
+                out.append(f"{rel}:{node.lineno} edits sys.path")
+    return out
+
+
+def benchmark_import_problems(root: Path) -> list[str]:
+    """A benchmark that imports the kit's tests: it runs them (pytest) or the kit's
+    commands in a subprocess instead."""
+    out = []
+    for path in sorted((root / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            out += [
+                f"benchmarks/{path.name}:{node.lineno} imports {name}"
+                for name in names
+                if name.split(".")[0] == "tests"
+            ]
+    return out
+
+
+def benchmark_variant_problems(root: Path, listed: set[str]) -> list[str]:
+    """A variant a benchmark names (``tests.broken.<store>:<bug>``) that the catalogue of
+    ``tests/broken/`` does not list."""
+    out = []
+    for path in sorted((root / "benchmarks").glob("*.py")):
+        for found in _DOTTED_VARIANT.finditer(path.read_text()):
+            if found[0] not in listed:
+                out.append(f"benchmarks/{path.name} names {found[0]}, not in the catalogue")
+    return out
+
+
+def test_nothing_edits_sys_path():
+    assert sys_path_problems(ROOT) == []
+
+
+def test_no_benchmark_imports_the_kits_tests():
+    assert benchmark_import_problems(ROOT) == []
+
+
+def test_every_variant_a_benchmark_names_is_in_the_catalogue():
+    from tests.broken import catalogue
+
+    texts = [p.read_text() for p in (ROOT / "benchmarks").glob("*.py")]
+    named = {m[0] for text in texts for m in _DOTTED_VARIANT.finditer(text)}
+    assert named, "no benchmark names a broken variant: the check would be vacuous"
+    assert benchmark_variant_problems(ROOT, catalogue.dotted_names()) == []
+
+
+def test_the_tests_and_benchmarks_rules_fail_on_a_crafted_tree(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "benchmarks/bugs.py": (
+                "import sys\nimport tests.broken.memory\nfrom tests.chaos import _bug_hunt\n"
+                "sys.path.insert(0, 'tests')\nNAME = 'tests.broken.memory:no_such_bug'\n"
+                "KNOWN = 'tests.broken.memory:limit_ignored'\n"
+            ),
+            "tests/conftest.py": "import sys\nsys.path = ['x', *sys.path]\n",
+            "tests/helper.py": "import sys\nsys.path.append('y')\npytester.syspathinsert()\n",
+            ".venv/lib/site.py": "import sys\nsys.path.insert(0, 'ignored')\n",
+        },
+    )
+    assert sys_path_problems(root) == [
+        "benchmarks/bugs.py:4 edits sys.path",
+        "tests/conftest.py:2 edits sys.path",
+        "tests/helper.py:2 edits sys.path",
+    ]
+    assert benchmark_import_problems(root) == [
+        "benchmarks/bugs.py:2 imports tests.broken.memory",
+        "benchmarks/bugs.py:3 imports tests.chaos",
+    ]
+    assert benchmark_variant_problems(root, {"tests.broken.memory:limit_ignored"}) == [
+        "benchmarks/bugs.py names tests.broken.memory:no_such_bug, not in the catalogue"
+    ]

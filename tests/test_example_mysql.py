@@ -4,8 +4,10 @@ another scheme, a closed port, wrong credentials) is one clear error, never a Py
 stack trace. The whole kit on it (conformance, stateful, chaos; DSN and local rungs) runs
 in ``.ci/run``, from a fresh venv, with ``examples/rdq-mysql/run-kit.sh``.
 
-Imports the example from its folder (put first on ``sys.path``; PyMySQL, its driver, is in
-the kit's ``dev`` extra) and, for the server checks, needs the MariaDB at
+Imports the example from its source folder, which pytest puts on ``sys.path``
+(``pythonpath`` in ``[tool.pytest.ini_options]``: the example is not installed in the dev
+venv, so its ``mysql`` entry point never joins the kit's own runs; PyMySQL, its driver, is
+in the kit's ``dev`` extra) and, for the server checks, needs the MariaDB at
 ``RDQ_MYSQL_DSN`` (default ``mysql://root@127.0.0.1:3306/test``);
 without them these tests skip — except under ``CI=true``, where that is a failure.
 """
@@ -23,8 +25,6 @@ import pytest
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rdq-mysql"
-if str(EXAMPLE) not in sys.path:
-    sys.path.insert(0, str(EXAMPLE))  # the example as its source folder: no install needed
 DSN = os.environ.get("RDQ_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

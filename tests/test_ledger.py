@@ -17,11 +17,11 @@ import pytest
 from rdq_compliance.ledger import Ledger, TestRef
 from rdq_compliance.settings import resolve
 from rdq_core.errors import InvalidArgument
+from tests._paths import pythonpath
 
-TESTS_DIR = Path(__file__).resolve().parent
 EXACT = "test_claim_returns_exactly_limit_when_more_are_due"
 ORDER = "test_claims_come_out_oldest_due_first"
-LIMIT_IGNORED = "--rdq-backend=rdq_broken_backends:limit_ignored"
+LIMIT_IGNORED = "--rdq-backend=tests.broken.memory:limit_ignored"
 
 REF = TestRef(
     "rdq_compliance/suite/test_claim.py::test_x[page-size-1]", "test_x[page-size-1]", "test_x",
@@ -201,7 +201,7 @@ def test_a_failure_under_another_rule_than_the_entrys_is_reported(
 
 
 _IN_CODE = """
-from rdq_broken_backends import LimitIgnored
+from tests.broken.memory import LimitIgnored
 from rdq_memory.plugin import MemoryBackend
 
 backend = MemoryBackend(LimitIgnored, "limit-ignored-with-ledger")
@@ -232,7 +232,7 @@ def test_an_unknown_entry_ends_the_run_with_one_usage_error(pytester: pytest.Pyt
 
 def test_an_unknown_entry_under_xdist_is_one_usage_error_too(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(f'[tool.rdq.expected-failures]\n"{ORDER}x" = "typo"\n')
-    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR)}
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2",

@@ -4,7 +4,7 @@ summary (also under ``pytest-xdist``), chaos failures naming their report folder
 clear error for a named server that does not answer.
 
 The runs select a few suite tests with ``-k`` against ``memory``, ``sqlite`` and the
-deliberately broken backends of ``tests/rdq_broken_backends.py``.
+deliberately broken backends of ``tests/broken/``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 
 from rdq_compliance import rules, summary
 from rdq_compliance.reporting import SUITE_DIR
+from tests._paths import pythonpath
 
 TESTS_DIR = Path(__file__).resolve().parent
 LIMIT_TESTS = "test_claim_returns_exactly_limit_when_more_are_due or test_claims_come_out_oldest"
@@ -38,7 +39,7 @@ def _summary_block(stdout: str) -> list[str]:
 
 
 def _run(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR)}
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
@@ -97,7 +98,7 @@ def test_junit_xml_carries_the_rules_checked_and_the_rule_each_failure_broke(
 ) -> None:
     xml = tmp_path / "out.xml"
     proc = _run(
-        tmp_path, "--rdq-backend=rdq_broken_backends:limit_ignored", "-k", LIMIT_TESTS,
+        tmp_path, "--rdq-backend=tests.broken.memory:limit_ignored", "-k", LIMIT_TESTS,
         f"--junitxml={xml}", "-v",
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -155,14 +156,14 @@ def test_summary_counts_by_suite_and_lists_every_skip_with_its_reason(tmp_path: 
 def test_summary_reaches_the_xdist_controller_from_the_workers(tmp_path: Path) -> None:
     xml = tmp_path / "out.xml"
     proc = _run(
-        tmp_path, "-n", "2", "--rdq-backend=rdq_broken_backends:limit_ignored",
+        tmp_path, "-n", "2", "--rdq-backend=tests.broken.memory:limit_ignored",
         "-k", LIMIT_TESTS + " or test_stats_are_per_queue or test_processes_never",
         f"--junitxml={xml}",
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-3000:]
     block = _summary_block(proc.stdout)
     # the server is described by a worker: only the workers provisioned one
-    assert block[0].startswith("rdq: rdq_broken_backends:limit_ignored server: in-process ["), block
+    assert block[0].startswith("rdq: tests.broken.memory:limit_ignored server: in-process ["), block
     row = next(line for line in block if line.strip().startswith("conformance"))
     assert row.split() == ["conformance", "2", "1", "0", "1", "0", "0"], block
     assert "  violations by rule (1 failed tests):" in block, block
@@ -257,11 +258,11 @@ def test_a_named_server_that_does_not_answer_is_one_error(tmp_path: Path, worker
 def test_a_failing_chaos_campaign_names_its_report_folder(tmp_path: Path) -> None:
     """A backend that deletes dead-lettered tasks, on the tiny scenario (a few seconds)."""
     xml = tmp_path / "out.xml"
-    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR / "chaos")}
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "chaos",
-         "--rdq-backend=_broken_chaos_backends:dead_letter_deletes",
+         "--rdq-backend=tests.broken.sqlite:dead_letter_deletes",
          f"--rdq-chaos-scenario={TESTS_DIR / 'chaos' / 'tiny.toml'}", f"--junitxml={xml}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

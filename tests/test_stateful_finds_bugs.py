@@ -1,39 +1,44 @@
 """The stateful machine finds every SPEC §5 bug class, from scratch, and shrinks it.
 
-For each deliberately broken backend of ``tests/rdq_broken_backends.py`` (one per SPEC §5
+For each deliberately broken backend of ``tests/broken/memory.py`` (one per SPEC §5
 class and a few more), the machine of :mod:`rdq_compliance.stateful` runs **from
 scratch** — no ``@example``, no example database, the ``ci`` profile's programs with a
-bigger budget (``stateful_hunt.HUNT_EXAMPLES``), seed 0 — until it fails, and hypothesis
-shrinks the failing program. The test checks that
+bigger budget (``tests.stateful_hunt.HUNT_EXAMPLES``), seed 0 — until it fails, and
+hypothesis shrinks the failing program. The cases (which variants, the rules that may name
+each) are :mod:`tests.broken.catalogue`'s. The test checks that
 
 (a) the machine fails, with a :class:`~rdq_compliance.stateful.StatefulViolation`
     (not a crash of the machine, not a ``Flaky``);
 (b) the violation names the rule that class breaks;
 (c) the broken code path actually ran (the broken store recorded a victim);
-(d) the shrunk program has a few steps (``<= stateful_hunt.MAX_SHRUNK_STEPS``) and is
+(d) the shrunk program has a few steps (``<= tests.stateful_hunt.MAX_SHRUNK_STEPS``) and is
     printed (hypothesis's ``state.<rule>(...)`` lines).
 
 The redrive → lease-expiry → reclaim numbering bug (§5.4, the original incident) is
 found like the others: by generated programs, not a hand-written one.
 
-The figures (examples and seconds to the first failure, shrunk length) are recorded as
-test properties and in BENCHMARKS.md ("Stateful machine: bug classes found", produced
-by ``python benchmarks/stateful_bugs.py``). Cost: about 2-5 s per class on an idle
-machine (most of it shrinking), ~2 min in all.
+The figures (examples and seconds to the first failure, shrunk length, the rule, the
+shrunk program) are recorded as test properties; ``--rdq-hypothesis-seed N`` hunts with
+another seed. ``python benchmarks/stateful_bugs.py`` runs this module once per seed and
+tabulates them (BENCHMARKS.md, "Stateful machine: bug classes found"). Cost: about 2-5 s
+per class on an idle machine (most of it shrinking), ~2 min in all.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
-import rdq_broken_backends as broken
-import stateful_hunt as sh
 
 from rdq_compliance.rules import RULES
+from tests import stateful_hunt as sh
+from tests.broken import memory as broken
 
 pytestmark = pytest.mark.stateful
 
 
-def test_every_broken_backend_is_hunted_or_excused():
+def test_every_broken_backend_is_hunted_or_excused(record_property):
+    record_property("not_hunted", json.dumps(sh.NOT_HUNTED))
     exposed = {n for n, v in vars(broken).items() if isinstance(v, broken.MemoryBackend)}
     hunted = {c.variant for c in sh.CASES}
     missing = sorted(exposed - hunted - set(sh.NOT_HUNTED))
@@ -43,12 +48,19 @@ def test_every_broken_backend_is_hunted_or_excused():
 
 
 @pytest.mark.parametrize("case", sh.CASES, ids=str)
-def test_machine_finds_and_shrinks_the_bug(case: sh.Case, record_property):
-    hunt = sh.hunt(case)
-    record_property("examples_to_find", hunt.examples_to_find)
-    record_property("seconds_to_find", hunt.seconds_to_find)
-    record_property("shrunk_steps", hunt.shrunk_steps)
-    record_property("seconds_total", round(hunt.seconds_total, 2))
+def test_machine_finds_and_shrinks_the_bug(case: sh.Case, record_property, pytestconfig):
+    seed = pytestconfig.getoption("rdq_hypothesis_seed")
+    hunt = sh.hunt(case, seed=sh.SEED if seed is None else seed)
+    for name, value in {
+        "variant": case.variant, "bug_class": case.bug_class,
+        "rules": json.dumps(sorted(case.rules)), "seed": hunt.seed,
+        "found": hunt.found, "rule": hunt.rule,
+        "examples_to_find": hunt.examples_to_find, "seconds_to_find": hunt.seconds_to_find,
+        "shrunk_steps": hunt.shrunk_steps, "seconds_total": round(hunt.seconds_total, 2),
+        "program": json.dumps(hunt.program), "hunt_examples": sh.HUNT_EXAMPLES,
+        "max_shrunk_steps": sh.MAX_SHRUNK_STEPS,
+    }.items():  # fmt: skip
+        record_property(name, value)
     where = f"{case.variant} ({case.bug_class})\n{hunt.describe()}"
 
     assert hunt.found, f"the machine did not find the bug in {sh.HUNT_EXAMPLES} examples: {where}"

@@ -10,13 +10,13 @@ next run replays it first.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
+from tests._paths import pythonpath
+
 pytestmark = pytest.mark.stateful
 
-TESTS_DIR = Path(__file__).resolve().parent
 
 THIRD_PARTY = """
 from rdq_core.memory import MemoryStore
@@ -33,8 +33,7 @@ backend = MemoryBackend(TheirStore, name="theirs")
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    path = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p)
-    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
     for name in [n for n in os.environ if n.startswith("RDQ_")]:
         monkeypatch.delenv(name)
     pytester.makepyfile(rdq_theirs=THIRD_PARTY)
@@ -51,7 +50,7 @@ def test_third_party_backend_passes_the_machine(project: pytest.Pytester) -> Non
 
 
 def test_broken_backend_fails_with_program_seed_and_replay(project: pytest.Pytester) -> None:
-    args = ("--rdq-backend=rdq_broken_backends:limit_ignored", "-m", "stateful", "-p",
+    args = ("--rdq-backend=tests.broken.memory:limit_ignored", "-m", "stateful", "-p",
             "no:cacheprovider")  # fmt: skip
     first = project.runpytest_subprocess(*args)
     first.assert_outcomes(failed=1)
@@ -61,13 +60,13 @@ def test_broken_backend_fails_with_program_seed_and_replay(project: pytest.Pytes
             "*state = BackendVsModel()*",
             "*state.start_with_tasks(*",
             "*reproduce_failure*",
-            "*rdq stateful machine: backend 'rdq_broken_backends:limit_ignored', profile 'ci',"
+            "*rdq stateful machine: backend 'tests.broken.memory:limit_ignored', profile 'ci',"
             " seed 0*",
-            "*Replay: pytest --rdq-backend=rdq_broken_backends:limit_ignored -m stateful "
+            "*Replay: pytest --rdq-backend=tests.broken.memory:limit_ignored -m stateful "
             "--rdq-hypothesis-profile=ci --rdq-hypothesis-seed=0*",
         ]
     )
-    kept = project.path / ".hypothesis" / "rdq-stateful" / "rdq_broken_backends_limit_ignored"
+    kept = project.path / ".hypothesis" / "rdq-stateful" / "tests.broken.memory_limit_ignored"
     assert kept.is_dir() and any(kept.rglob("*")), f"no failing program kept in {kept}"
 
     # The next run replays the kept program first: it fails again, at once.

@@ -1,9 +1,10 @@
 """The SPEC §5 bug classes hunted by the standard chaos suite: the cases, one run, and how
 long each bug took to be found.
 
-Used by ``test_chaos_finds_bugs.py`` and by ``benchmarks/chaos_bugs.py``. A case is a
-broken multi-process backend of :mod:`_broken_chaos_backends` and the checker rules that
-must name it. :func:`hunt` provisions a private SQLite server, runs a scenario (the
+Used by ``test_chaos_finds_bugs.py`` (and so by ``benchmarks/chaos_bugs.py``, which runs
+that test). A case is a broken multi-process backend of :mod:`tests.broken.sqlite` and the
+checker rules that must name it (:mod:`tests.broken.catalogue`: its campaigns on the
+standard scenario). :func:`hunt` provisions a private SQLite server, runs a scenario (the
 standard one, unchanged, by default) through
 :func:`~rdq_compliance.chaos.runner.run_campaign` and measures:
 
@@ -31,7 +32,6 @@ standard one, unchanged, by default) through
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -39,16 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import _broken_chaos_backends as broken
-
 from rdq_compliance.chaos.events import OK, Event, read_history
 from rdq_compliance.chaos.results import CampaignResult
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
+from tests.broken import catalogue
+from tests.broken import sqlite as broken
 
-HERE = Path(__file__).resolve().parent
 MODULE = broken.__name__
 
 #: Rules about a task left stuck: their moment is when it became claimable.
@@ -61,7 +60,7 @@ class BugCase:
     """One SPEC §5 class: its broken backend and the rules that must name it."""
 
     spec_class: int
-    attr: str  # attribute of _broken_chaos_backends
+    attr: str  # attribute of tests.broken.sqlite
     rules: tuple[str, ...]  # the run must report at least one of these (first: the main one)
     breaks: str
 
@@ -70,29 +69,16 @@ class BugCase:
         return f"{MODULE}:{self.attr}"
 
 
-CASES: tuple[BugCase, ...] = (
-    BugCase(1, "check_then_act_claim", ("one-claim",), "two workers get one task"),
-    BugCase(2, "reclaim_ignores_lease", ("lease-respected",), "a live lease is stolen"),
-    BugCase(3, "outcome_ignores_token", ("fencing",), "a zombie's outcome overwrites"),
-    BugCase(
-        4,
-        "lease_expired_numbered_from_count",
-        ("drain-timeout", "drain-complete"),
-        "reclaim after redrive hits UNIQUE(task_id, attempt_no): wedged",
-    ),
-    BugCase(7, "reclaim_drops_task", ("no-loss",), "a crashed worker's task vanishes"),
-    BugCase(8, "extend_lease_ignores_token", ("fencing",), "a zombie's heartbeat is accepted"),
+#: The sqlite variants the standard chaos suite must catch: the catalogue's.
+CASES: tuple[BugCase, ...] = tuple(
+    BugCase(variant.spec_class, variant.name, campaign.rules, variant.title)
+    for variant, campaign in catalogue.cases(catalogue.Campaign, "sqlite", by=catalogue.STANDARD)
+    if variant.spec_class is not None
 )
 
 
 def case(spec_class: int) -> BugCase:
     return next(c for c in CASES if c.spec_class == spec_class)
-
-
-def pythonpath_with_here(current: str | None) -> str:
-    """``PYTHONPATH`` with this folder first, so worker processes import the broken backends."""
-    parts = [p for p in (current or "").split(os.pathsep) if p]
-    return os.pathsep.join([str(HERE), *(p for p in parts if p != str(HERE))])
 
 
 # ---- when the history first shows a violation --------------------------------------------------
@@ -237,7 +223,8 @@ class Hunt:
 def hunt(bug: BugCase, workdir: Path, scenario: Scenario | None = None) -> Hunt:
     """Run ``scenario`` (default: the built-in standard one) against ``bug``'s backend on a
     fresh SQLite server under ``workdir``. Worker processes must be able to import
-    :mod:`_broken_chaos_backends` (see :func:`pythonpath_with_here`)."""
+    :mod:`tests.broken.sqlite` (the checkout root on ``PYTHONPATH``:
+    :func:`tests._paths.pythonpath`)."""
     scenario = scenario or load_scenario("standard")
     backend = getattr(broken, bug.attr)
     start = time.monotonic()
@@ -250,24 +237,19 @@ def hunt(bug: BugCase, workdir: Path, scenario: Scenario | None = None) -> Hunt:
     return Hunt(bug, result, first_found(result, bug.rules), dict(counts), time.monotonic() - start)
 
 
-def baseline(workdir: Path, scenario: Scenario | None = None) -> CampaignResult:
-    """The same run against the correct SQLite backend (it must pass)."""
-    scenario = scenario or load_scenario("standard")
-    settings = Settings(backend="sqlite", docker=False)
-    with Session(settings, workdir=workdir / "server") as session:
-        return run_campaign(scenario, session=session, outdir=workdir / "report")
-
-
-def table(rows: list[dict[str, str]]) -> str:
-    """A Markdown table of :meth:`Hunt.row` lines."""
-    if not rows:
-        return ""
-    heads = list(rows[0])
-    widths = [max(len(h), *(len(r[h]) for r in rows)) for h in heads]
-    line = "| " + " | ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)) + " |"
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = [
-        "| " + " | ".join(r[h].ljust(w) for h, w in zip(heads, widths, strict=True)) + " |"
-        for r in rows
-    ]
-    return "\n".join([line, sep, *body])
+def run_line(result: CampaignResult, rules: Iterable[str]) -> dict[str, str]:
+    """One run's figures, as ``benchmarks/partition_bug.py`` prints them: the earliest
+    violation of one of ``rules`` (when the history first showed it), every violation by
+    rule, the run's time."""
+    found = first_found(result, rules)
+    first = min(found.values(), key=lambda f: f.at, default=None)
+    counts: dict[str, int] = defaultdict(int)
+    for v in result.violations:
+        counts[v.rule] += 1
+    shown = ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+    return {
+        "rule fired": first.rule if first else "none (pass)",
+        "violations": f"{len(result.violations)}{f' ({shown})' if shown else ''}",
+        "found after": f"{first.after:.1f} s" if first else "-",
+        "run time": f"{result.duration:.1f} s",
+    }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
@@ -16,9 +16,9 @@ from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.provision.backend import ProvisionUnavailable
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
+from tests._paths import ROOT, pythonpath
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 SMOKE = HERE / "smoke.toml"
 STANDARD = ROOT / "chaos" / "standard.toml"
 
@@ -57,23 +57,31 @@ def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
 
 
 def broken_workers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, victims_env: str) -> Path:
-    """Worker processes import this folder's broken backends (``PYTHONPATH``), and record
-    their victims in the file named by ``victims_env``; that file's path."""
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), *parts]))
+    """Worker processes import the broken backends of ``tests.broken`` (the checkout root on
+    ``PYTHONPATH``), and record their victims in the file named by ``victims_env``; that
+    file's path."""
+    monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
     victims = tmp_path / "victims.txt"
     monkeypatch.setenv(victims_env, str(victims))
     return victims
 
 
 def calm_then_faulted(
-    session: Session, faulted: Scenario, calm: Scenario, tmp_path: Path, victims: Path
+    session: Session,
+    faulted: Scenario,
+    calm: Scenario,
+    tmp_path: Path,
+    victims: Path,
+    on_calm: Callable[[CampaignResult], None] | None = None,
 ) -> CampaignResult:
     """The control run (``calm``: the fault left out) must pass with no victim; then the
-    faulted run's result (report in ``tmp_path / "faulted"``)."""
+    faulted run's result (report in ``tmp_path / "faulted"``). ``on_calm`` sees the control
+    run's result first (to record its figures)."""
     from rdq_compliance.chaos.runner import run_campaign
 
     quiet = run_campaign(calm, session=session, outdir=tmp_path / "calm")
+    if on_calm is not None:
+        on_calm(quiet)
     assert quiet.checked and quiet.violations == [], [str(v)[:300] for v in quiet.violations]
     assert not victims.exists(), f"the variant struck without the fault: {victims.read_text()}"
     return run_campaign(faulted, session=session, outdir=tmp_path / "faulted")

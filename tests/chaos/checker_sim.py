@@ -1,7 +1,7 @@
 """A small, deterministic chaos run in one thread, for the checker's own tests.
 
 A :class:`Sim` drives a real store (the reference :class:`~rdq_core.memory.MemoryStore`,
-or one of the deliberately broken stores of ``tests/rdq_broken_backends.py``) on a
+or one of the deliberately broken stores of ``tests/broken/memory.py``) on a
 manual clock, and journals every step exactly as the fleet does
 (:mod:`rdq_compliance.chaos.journal_observer`): workers write claim / run / heartbeat /
 outcome / lease_lost events, the harness enqueue / redrive / fault events. Faults are

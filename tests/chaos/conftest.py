@@ -1,21 +1,15 @@
-"""Fixtures of the chaos harness's own tests (helpers live in ``_chaos_support``)."""
+"""Fixtures of the chaos harness's own tests (helpers live in :mod:`tests.chaos._chaos_support`)."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from _chaos_support import start_session  # noqa: E402
-
-from rdq_compliance.session import Session  # noqa: E402
+from rdq_compliance.session import Session
+from tests.chaos._chaos_support import start_session
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _chaos_support import SMOKE
 
 from rdq_compliance.chaos.events import read_journal
 from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import load_scenario
+from tests._paths import pythonpath
+from tests.chaos._chaos_support import SMOKE
 
-HERE = Path(__file__).resolve().parent
 REPORT_FILES = ("results.json", "seed.txt", "timeline.html", "junit.xml", "final-state.jsonl")
 
 
@@ -113,13 +113,13 @@ def test_cli_run_writes_the_report_and_exits_0(tmp_path):
 def test_cli_exits_1_on_violations(tmp_path):
     """A backend that deletes dead-lettered tasks is caught: exit status 1."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
     out = tmp_path / "report"
     proc = _cli(
         "run",
         str(SMOKE),
         "--backend",
-        "_broken_chaos_backends:dead_letter_deletes",
+        "tests.broken.sqlite:dead_letter_deletes",
         "--out",
         str(out),
         "--quiet",

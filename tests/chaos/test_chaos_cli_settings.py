@@ -25,8 +25,7 @@ DSN = f"postgresql://postgres@{SERVER}"
 
 @pytest.fixture(scope="module")
 def postgres_dsn() -> str:
-    sys.path.insert(0, str(HERE.parent / "backends" / "postgres"))
-    from _pg_support import require_server
+    from tests.backends.postgres._pg_support import require_server
 
     return require_server()
 

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _chaos_support import wait_gone
-from _skew_support import assert_clean, need_libfaketime, skew_campaign
 
 from rdq_compliance import summary
 from rdq_compliance.chaos.checker import FinalState, check_storage_clock
@@ -38,6 +36,8 @@ from rdq_compliance.chaos.faults.libfaketime import Skew, find_libfaketime, plan
 from rdq_compliance.chaos.nemesis import Counters
 from rdq_compliance.chaos.report import build_timeline, render_timeline
 from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
+from tests._skew_support import assert_clean, need_libfaketime, skew_campaign
+from tests.chaos._chaos_support import wait_gone
 
 # ---- the scenario keys ----------------------------------------------------------------------
 
@@ -250,7 +250,7 @@ def test_storage_clock_passes_one_clock(events: list[dict], why: str) -> None:
 
 @pytest.mark.chaos
 def test_sqlite_passes_the_skew_campaign(tmp_path: Path) -> None:
-    from _chaos_support import start_session
+    from tests.chaos._chaos_support import start_session
 
     session = start_session("sqlite", tmp_path / "server")
     try:

@@ -1,31 +1,35 @@
 """The standard chaos suite finds the SPEC §5 bug classes, naming the rule.
 
 For each of classes 1, 2, 3, 4, 7 and 8, a broken multi-process backend
-(``_broken_chaos_backends``: the SQLite backend with one piece done the way a real queue
+(``tests.broken.sqlite``: the SQLite backend with one piece done the way a real queue
 once got it wrong) goes through the built-in ``standard`` scenario, its budget unchanged
 (8 worker processes, 2,000 tasks, 40 s of faults, a 60 s drain), exactly as
 ``pytest --rdq-backend=... -m chaos`` would run it. The run must report violations, one
 of them of the rule that class breaks, naming the task and the workers; how long after
 the campaign's start the history first showed the bug ("found after", see
-``_bug_hunt``) and the run's whole time are printed and recorded as test properties.
+``tests.chaos._bug_hunt``) and the run's whole time are printed and recorded as test properties.
 
 Class 4 needs a redriven task to lose its lease: the standard workload's poison tasks
 (overrun on every attempt, so dead-lettered by lease expiries, redriven, and expired
 again) make that happen on every run; a kill that lands on a redriven task does too.
 
 Cost: about 45 s per class (class 4 waits out the 60 s drain timeout: ~100 s), ~5.5 min
-in all, ~3.5 min with ``-n 2``. The table of a full run is in BENCHMARKS.md ("Chaos
-suite: bug classes found"; ``python benchmarks/chaos_bugs.py``).
+in all, ~3.5 min with ``-n 2``. ``--rdq-chaos-scenario`` runs another scenario instead.
+``python benchmarks/chaos_bugs.py`` runs this module and tabulates the line each case
+records (BENCHMARKS.md, "Chaos suite: bug classes found").
 """
 
 from __future__ import annotations
 
+import json
 import os
 
-import _bug_hunt as bugs
 import pytest
 
 from rdq_compliance.chaos.events import read_history
+from rdq_compliance.chaos.scenario import load_scenario
+from tests._paths import pythonpath
+from tests.chaos import _bug_hunt as bugs
 
 pytestmark = [pytest.mark.chaos]
 
@@ -33,7 +37,7 @@ pytestmark = [pytest.mark.chaos]
 @pytest.fixture
 def workers_import_broken_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     """Worker processes inherit the environment: let them import the broken backends."""
-    monkeypatch.setenv("PYTHONPATH", bugs.pythonpath_with_here(os.environ.get("PYTHONPATH")))
+    monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
 
 
 def _class_specific(hunt: bugs.Hunt, where: str) -> None:
@@ -83,9 +87,15 @@ def test_the_standard_chaos_suite_finds_the_bug_class(
     tmp_path,
     workers_import_broken_backends: None,
     record_property,
+    pytestconfig,
 ) -> None:
-    hunt = bugs.hunt(bug, tmp_path)
+    chosen = pytestconfig.getoption("rdq_chaos_scenario")
+    hunt = bugs.hunt(bug, tmp_path, load_scenario(chosen) if chosen else None)
     r = hunt.result
+    # the benchmark's line (benchmarks/chaos_bugs.py), found or not
+    record_property("backend", bug.backend_name)
+    record_property("row", json.dumps(hunt.row()))
+    record_property("first", hunt.first.violation.message[:300] if hunt.first else "")
     where = f"report folder: {r.outdir} (backend {bug.backend_name}, seed {r.seed})"
     assert r.checker_error is None, f"{r.checker_error}; {where}"
     assert r.checked, f"the history was not checked; {where}"

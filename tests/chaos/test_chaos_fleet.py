@@ -11,13 +11,13 @@ import time
 
 import psutil
 import pytest
-from _chaos_support import SMOKE, gone, wait_gone
 
 from rdq_compliance.chaos.events import read_journal
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.runner import worker_template
 from rdq_compliance.chaos.scenario import load_scenario
 from rdq_core.model import NewTask
+from tests.chaos._chaos_support import SMOKE, gone, wait_gone
 
 MIB = 1024 * 1024
 

@@ -2,10 +2,11 @@
 heal, the namespaces (a cut-off call hangs, the heal resumes it, nothing is left after a
 SIGKILLed owner), and on real servers: a correct backend passes ``chaos/partition.toml``,
 and the partition is the fault that exposes a heartbeat timed out and taken as applied
-(``_broken_partition_backends``)."""
+(``hb_timeout_taken_as_extended`` of ``tests.broken.postgres`` and ``tests.broken.redis``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -13,11 +14,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from _chaos_support import SMOKE
 
 from rdq_compliance.chaos.events import Journal, read_journal
 from rdq_compliance.chaos.journal_observer import LockedJournal
@@ -25,6 +26,8 @@ from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, PlannedFa
 from rdq_compliance.chaos.report import build_timeline
 from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
 from rdq_compliance.provision import netns
+from tests.broken import catalogue
+from tests.chaos._chaos_support import SMOKE
 
 PARTITION = "partition"
 
@@ -251,9 +254,8 @@ def test_a_sigkilled_owner_leaves_no_namespace_and_no_veth():
 
 
 def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):
-    from _chaos_support import start_session
-
     from rdq_compliance.chaos.faults.worker_network import worker_network
+    from tests.chaos._chaos_support import start_session
 
     session = start_session("sqlite", tmp_path / "server")
     try:
@@ -268,20 +270,16 @@ def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):
 # ---- on real servers ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    from _chaos_support import broken_workers
-
-    return broken_workers(monkeypatch, tmp_path, "RDQ_PARTITION_VICTIMS")
+#: The variants only a partition exposes, and what must catch them: the catalogue's.
+CUT_OFF = catalogue.cases(catalogue.Campaign, by=catalogue.relative(__file__))
 
 
 @pytest.mark.parametrize("server", ["postgres", "redis", "mongo"])
 def test_a_correct_backend_passes_the_partition_campaign(server: str, tmp_path: Path) -> None:
     """Mongo is the local rung's SecantusDB (a MongoDB wire-protocol stand-in) here."""
     _needs_netns()
-    from _chaos_support import start_session
-
     from rdq_compliance.chaos.runner import run_campaign
+    from tests.chaos._chaos_support import start_session
 
     session = start_session(server, tmp_path / "server")
     try:
@@ -297,24 +295,38 @@ def test_a_correct_backend_passes_the_partition_campaign(server: str, tmp_path: 
     assert netns.namespaces(os.getpid()) == []
 
 
-@pytest.mark.parametrize("server", ["postgres", "redis"])
+@pytest.mark.parametrize(("variant", "campaign"), CUT_OFF, ids=[v.store for v, _ in CUT_OFF])
 def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
-    server: str, tmp_path: Path, workers_import_this_folder: Path
+    variant: catalogue.Variant,
+    campaign: catalogue.Campaign,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    record_property: Callable[[str, object], None],
 ) -> None:
     """The variant passes the campaign without its partitions and fails it with them,
     naming the rule (``lease-respected`` / ``one-claim``: a reclaim while the history says
     the previous holder's lease was extended), a task whose heartbeat it took as applied,
     and both workers."""
     _needs_netns()
-    from _chaos_support import calm_then_faulted, start_session
+    from rdq_compliance.chaos.results import CampaignResult
+    from tests.chaos._bug_hunt import run_line
+    from tests.chaos._chaos_support import broken_workers, calm_then_faulted, start_session
 
-    victims = workers_import_this_folder
-    name = f"_broken_partition_backends:{server}_hb_timeout_taken_as_extended"
-    session = start_session(name, tmp_path / "server")
+    assert campaign.fault == "partition" and campaign.victims_env
+    server = variant.store
+    victims = broken_workers(monkeypatch, tmp_path, campaign.victims_env)
+    session = start_session(variant.dotted, tmp_path / "server")
     try:
-        cut = load_scenario(PARTITION)
+        cut = load_scenario(catalogue.scenario(campaign))
         calm = replace(cut, faults=cut.faults.replace(partitions=0))
-        result = calm_then_faulted(session, cut, calm, tmp_path, victims)
+
+        def record(run: str, r: CampaignResult) -> None:  # benchmarks/partition_bug.py's line
+            record_property(run, json.dumps(run_line(r, campaign.rules)))
+
+        result = calm_then_faulted(
+            session, cut, calm, tmp_path, victims, on_calm=lambda r: record("calm", r)
+        )
+        record("faulted", result)
     finally:
         session.close()
     where = f"report folder: {tmp_path / 'faulted'}"
@@ -322,9 +334,8 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     assert result.checked, f"{result.checker_error}; {where}"
     taken = set(victims.read_text().split()) if victims.exists() else set()
     assert taken, f"no heartbeat hung past 0.4s during the partitions; {where}"
-    rules = ("lease-respected", "one-claim", "fencing")
-    found = [v for v in result.violations if v.rule in rules]
-    others = {v.rule for v in result.violations} - set(rules)
+    found = [v for v in result.violations if v.rule in campaign.rules]
+    others = {v.rule for v in result.violations} - set(campaign.within or campaign.rules)
     assert found, f"not caught: {[v.rule for v in result.violations]}; {where}"
     assert not others, f"unexpected rules {others}; {where}"
     v = next((x for x in found if x.task in taken), found[0])

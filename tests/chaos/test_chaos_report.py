@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from _chaos_support import SMOKE
 
 from rdq_compliance.chaos import runner
 from rdq_compliance.chaos.checker import RULES, FinalState, check, read_final_state
@@ -18,6 +17,7 @@ from rdq_compliance.chaos.results import CampaignResult
 from rdq_compliance.chaos.scenario import load_scenario
 from rdq_core.memory import MemoryStore
 from rdq_core.model import NewTask
+from tests.chaos._chaos_support import SMOKE
 
 
 def _result(outdir: Path, **fields: object) -> CampaignResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _chaos_support import SMOKE, STANDARD
 
 from rdq_compliance.chaos.nemesis import plan_faults
 from rdq_compliance.chaos.scenario import (
@@ -20,6 +19,7 @@ from rdq_compliance.provision.backend import (
     PAUSE_SERVER,
     RESTART_SERVER,
 )
+from tests.chaos._chaos_support import SMOKE, STANDARD
 
 ALL_FAULTS = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 

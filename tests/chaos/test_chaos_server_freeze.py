@@ -3,7 +3,7 @@ to it (a call would hang until the resume, and the resume would never come), the
 faults go on, and the server is always resumed — at its time, or at the drain. On real
 servers (PostgreSQL and Redis from their local binaries), the freeze is the one fault
 that exposes a storage which takes an unanswered report as applied
-(``_broken_freeze_backends``)."""
+(``acks_timed_out_reports`` of ``tests.broken.postgres`` and ``tests.broken.redis``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from _chaos_support import SMOKE
 
 from rdq_compliance.chaos.events import Journal, read_journal
 from rdq_compliance.chaos.journal_observer import LockedJournal
@@ -19,6 +18,8 @@ from rdq_compliance.chaos.nemesis import Counters, FaultPlan, Nemesis, PlannedFa
 from rdq_compliance.chaos.report import build_timeline
 from rdq_compliance.chaos.scenario import load_scenario
 from rdq_compliance.provision.backend import UnsupportedFault
+from tests.broken import catalogue
+from tests.chaos._chaos_support import SMOKE
 
 
 class FakeClock:
@@ -158,33 +159,31 @@ def test_the_drain_resumes_a_frozen_server_and_a_failed_resume_is_retried(tmp_pa
 
 # ---- the fault on real servers: the bug only a freeze exposes ------------------------------
 
-FREEZE = Path(__file__).resolve().parent / "freeze.toml"
+#: The variants only a freeze exposes, and what must catch them: the catalogue's.
+FROZEN = catalogue.cases(catalogue.Campaign, by=catalogue.relative(__file__))
 
 
-@pytest.fixture
-def workers_import_this_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    from _chaos_support import broken_workers
-
-    return broken_workers(monkeypatch, tmp_path, "RDQ_FREEZE_VICTIMS")
-
-
-@pytest.mark.parametrize("server", ["postgres", "redis"])
+@pytest.mark.parametrize(("variant", "campaign"), FROZEN, ids=[v.store for v, _ in FROZEN])
 def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
-    server: str, tmp_path: Path, workers_import_this_folder: Path
+    variant: catalogue.Variant,
+    campaign: catalogue.Campaign,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The variant passes the same campaign without the freeze, and fails it with one,
     naming the rule (``fencing``: the acknowledged outcome names a claim the history ended
     LEASE_EXPIRED and reclaimed; or ``outcome-recorded``), a task whose report it took as
     applied, and the workers."""
-    from _chaos_support import calm_then_faulted, start_session
+    from tests.chaos._chaos_support import broken_workers, calm_then_faulted, start_session
 
-    victims = workers_import_this_folder
-    name = f"_broken_freeze_backends:{server}_acks_timed_out_reports"
-    session = start_session(name, tmp_path / "server")
+    assert campaign.fault == "server_pause" and campaign.victims_env
+    server = variant.store
+    victims = broken_workers(monkeypatch, tmp_path, campaign.victims_env)
+    session = start_session(variant.dotted, tmp_path / "server")
     try:
         if "pause_server" not in session.server.faults:
             pytest.fail(f"the {server} server the kit started cannot be paused")
-        frozen = load_scenario(FREEZE)
+        frozen = load_scenario(catalogue.scenario(campaign))
         calm = replace(frozen, faults=frozen.faults.replace(server_pauses=0))
         result = calm_then_faulted(session, frozen, calm, tmp_path, victims)
     finally:
@@ -197,8 +196,8 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
     # The acknowledged report is in no history: the claim it names ended LEASE_EXPIRED
     # and was reclaimed ("fencing": accepted after the reclaim), or the task's history
     # lacks it altogether ("outcome-recorded").
-    found = [v for v in result.violations if v.rule in ("fencing", "outcome-recorded")]
-    others = {v.rule for v in result.violations} - {"fencing", "outcome-recorded"}
+    found = [v for v in result.violations if v.rule in campaign.rules]
+    others = {v.rule for v in result.violations} - set(campaign.within or campaign.rules)
     assert found, f"not caught: {[v.rule for v in result.violations]}; {where}"
     assert not others, f"unexpected rules {others}; {where}"
     v = found[0]

@@ -6,13 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crafted_history import PERM, SUCCESS, A, B, H, att, clean, final, of, reclaimed_at, task
-
 from rdq_compliance.chaos import checker
 from rdq_compliance.chaos.checker import FinalState, check
 from rdq_compliance.chaos.events import Journal, read_history
 from rdq_compliance.rules import RULES
 from rdq_core.model import Status
+from tests.chaos.crafted_history import (
+    PERM,
+    SUCCESS,
+    A,
+    B,
+    H,
+    att,
+    clean,
+    final,
+    of,
+    reclaimed_at,
+    task,
+)
 
 # ---- a correct run --------------------------------------------------------------------------
 

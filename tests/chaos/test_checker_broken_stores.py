@@ -8,12 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import rdq_broken_backends as broken  # tests/ is on sys.path: tests/conftest.py
-from checker_sim import LEASE_US, Sim
-from crafted_history import clean
 
 from rdq_compliance.chaos.checker import check
 from rdq_core.model import Outcome
+from tests.broken import memory as broken
+from tests.chaos.checker_sim import LEASE_US, Sim
+from tests.chaos.crafted_history import clean
 
 # ---- the deliberately broken stores, through the simulator -------------------------------------
 

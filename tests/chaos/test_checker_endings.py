@@ -5,7 +5,10 @@ task named, or accepted."""
 from __future__ import annotations
 
 import pytest
-from crafted_history import (
+
+from rdq_compliance.chaos.checker import check
+from rdq_core.model import Status
+from tests.chaos.crafted_history import (
     EXPIRED,
     PERM,
     SUCCESS,
@@ -19,9 +22,6 @@ from crafted_history import (
     of,
     task,
 )
-
-from rdq_compliance.chaos.checker import check
-from rdq_core.model import Status
 
 # ---- rule 2: no lost task, the drain, the DLQ ------------------------------------------------
 

@@ -5,7 +5,10 @@ rejects names the rule, the task, the workers and the tokens; its clean twin pas
 from __future__ import annotations
 
 import pytest
-from crafted_history import (
+
+from rdq_compliance.chaos.checker import FinalState, check
+from rdq_core.model import Status
+from tests.chaos.crafted_history import (
     EXPIRED,
     RETRY,
     SUCCESS,
@@ -21,9 +24,6 @@ from crafted_history import (
     reclaimed_at,
     task,
 )
-
-from rdq_compliance.chaos.checker import FinalState, check
-from rdq_core.model import Status
 
 # ---- rule 1: mutual exclusion ---------------------------------------------------------------
 

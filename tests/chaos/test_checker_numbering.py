@@ -3,7 +3,9 @@ H, and ``execution-count``): rejected with the rule and task named, or accepted.
 
 from __future__ import annotations
 
-from crafted_history import (
+from rdq_compliance.chaos.checker import FinalState, check
+from rdq_core.model import Attempt, Status
+from tests.chaos.crafted_history import (
     EXPIRED,
     PERM,
     SUCCESS,
@@ -17,9 +19,6 @@ from crafted_history import (
     of,
     task,
 )
-
-from rdq_compliance.chaos.checker import FinalState, check
-from rdq_core.model import Attempt, Status
 
 # ---- rule 5: invariant H -----------------------------------------------------------------------
 

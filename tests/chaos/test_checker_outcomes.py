@@ -5,7 +5,10 @@ or accepted."""
 from __future__ import annotations
 
 import pytest
-from crafted_history import (
+
+from rdq_compliance.chaos.checker import FinalState, check
+from rdq_core.model import Status
+from tests.chaos.crafted_history import (
     EXPIRED,
     RETRY,
     SUCCESS,
@@ -19,9 +22,6 @@ from crafted_history import (
     of,
     task,
 )
-
-from rdq_compliance.chaos.checker import FinalState, check
-from rdq_core.model import Status
 
 # ---- rule 7: fencing ---------------------------------------------------------------------------
 

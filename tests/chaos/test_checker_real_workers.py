@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import rdq_broken_backends as broken  # tests/ is on sys.path: tests/conftest.py
-from crafted_history import clean
 
 from rdq_compliance.chaos.checker import FinalState, check
 from rdq_compliance.chaos.events import Journal, read_history
+from tests.broken import memory as broken
+from tests.chaos.crafted_history import clean
 
 # ---- the real worker loop, journaled as the fleet journals it ----------------------------------
 

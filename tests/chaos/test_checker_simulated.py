@@ -8,13 +8,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from checker_sim import run
-from crafted_history import EXPIRED
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rdq_compliance.chaos.checker import FinalState, check
 from rdq_core.model import Attempt, Task, micros_from_utc, utc_from_micros
+from tests.chaos.checker_sim import run
+from tests.chaos.crafted_history import EXPIRED
 
 # ---- simulated runs (hypothesis) ---------------------------------------------------------------
 

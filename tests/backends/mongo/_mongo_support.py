@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from _tcp_proxy import ReplyLosingProxy
+from tests._tcp_proxy import ReplyLosingProxy
 
 LSID_ID = b"\x03lsid\x00"
 UUID_FIELD = b"\x05id\x00\x10\x00\x00\x00\x04"

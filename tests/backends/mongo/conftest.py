@@ -4,30 +4,22 @@ The server is ``RDQ_MONGO_DSN`` when set, else a private server from the local r
 (``mongod`` if installed, else SecantusDB) started once for the session. When none can
 be had, every test here is skipped with the reason (a failure under ``CI=true``).
 ``namespace`` is a fresh namespace of that server per test, ``connect`` opens storages on
-it (closed afterwards). ``_mongo_variants`` and ``_mongo_support`` are made importable
-here, whatever the ``--import-mode``.
+it (closed afterwards).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from rdq_mongo.plugin import backend
+from rdq_mongo.server import MongoServer
+from rdq_mongo.storage import MongoStorage
 
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from rdq_mongo.plugin import backend  # noqa: E402
-from rdq_mongo.server import MongoServer  # noqa: E402
-from rdq_mongo.storage import MongoStorage  # noqa: E402
-
-from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable  # noqa: E402
-from rdq_core.errors import BackendUnavailable  # noqa: E402
+from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable
+from rdq_core.errors import BackendUnavailable
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 stand-in, not MongoDB (the result's server label says which).
 
 - the ``mongo`` backend (every time is the server's ``$$NOW``) passes it;
-- the ``client_clock`` variant (:mod:`_mongo_variants`: the claim's filter and stamps use
+- the ``client_clock`` variant (:mod:`tests.broken.mongo`: the claim's filter and stamps use
   the client's datetime instead of ``$$NOW``) is caught under ``storage-clock``, naming a
   task and the two workers whose clocks disagree — and the same campaign without the
   skew passes it: on one host the client's clock is the server's.
@@ -11,22 +11,28 @@ stand-in, not MongoDB (the result's server label says which).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _skew_support import assert_caught, assert_clean, skew_campaign, variant_session
+
+from tests._skew_support import assert_caught, assert_clean, skew_case
+from tests.broken import catalogue
 
 pytestmark = [pytest.mark.chaos]
 
-HERE = Path(__file__).resolve().parent
+#: The variant and what must catch it: the catalogue's (the skew campaign).
+((VARIANT, SKEW),) = catalogue.cases(
+    catalogue.Campaign, "mongo", by=catalogue.relative(__file__)
+)
 
 
 @pytest.mark.parametrize(
     ("backend", "skewed"),
     [
         ("mongo", True),
-        ("_mongo_variants:client_clock", True),
-        ("_mongo_variants:client_clock", False),
+        (VARIANT.dotted, True),
+        (VARIANT.dotted, False),
     ],
     ids=["mongo-passes", "client-clock-caught", "client-clock-passes-unskewed"],
 )
@@ -36,14 +42,13 @@ def test_the_skew_campaign(
     mongo_server: object,
     backend: str,
     skewed: bool,
+    record_property: Callable[[str, object], None],
 ) -> None:
     dsn = mongo_server.dsn  # type: ignore[attr-defined]
-    session = variant_session(monkeypatch, backend, tmp_path / "srv", dsn=dsn, module_dir=HERE)
-    try:
-        result, _ = skew_campaign(session, tmp_path / "out", skewed=skewed)
-    finally:
-        session.close()
+    result = skew_case(
+        monkeypatch, backend, tmp_path, skewed=skewed, dsn=dsn, record=record_property
+    )
     if backend == "mongo" or not skewed:
         assert_clean(result)
     else:
-        assert_caught(result)
+        assert_caught(result, rules=SKEW.rules)

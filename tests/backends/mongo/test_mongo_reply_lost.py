@@ -16,7 +16,6 @@ import json
 from datetime import timedelta
 
 import pytest
-from _mongo_support import ForgetRetries, command, proxy_for, proxy_uri
 from rdq_mongo import schema
 from rdq_mongo.storage import FIND_AND_MODIFY, UPDATE_THEN_READ
 
@@ -25,6 +24,7 @@ from rdq_compliance.chaos.journal_observer import JournalObserver
 from rdq_core.errors import BackendUnavailable, StaleClaim
 from rdq_core.model import NewTask, Outcome, Status
 from rdq_core.worker import Worker
+from tests.backends.mongo._mongo_support import ForgetRetries, command, proxy_for, proxy_uri
 
 LEASE = timedelta(minutes=1)
 

@@ -1,8 +1,9 @@
 """The kit fails broken MongoDB storages, naming the rule and a task the bug hit
 (SPEC §5), and passes the faithful one (the control), on a real wire-protocol server.
 
-Each variant of :mod:`_mongo_variants` is run through the conformance suite exactly as a
-backend author runs it (``--rdq-backend=_mongo_variants:<name> --rdq-dsn URI``),
+Each variant of :mod:`tests.broken.mongo` (its catching test and rule: the catalogue's,
+:mod:`tests.broken.catalogue`) is run through the conformance suite exactly as a
+backend author runs it (``--rdq-backend=tests.broken.mongo:<name> --rdq-dsn URI``),
 in-process, on the suite modules that hold the catching tests. Each test checks that (a)
 the run fails and the broken path ran; (b) the catching tests fail; (c) their reports
 start with the rule id, and one names a task the broken path mishandled. The control runs
@@ -13,35 +14,30 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
-import _mongo_variants as variants
 import pytest
 
-SUITE = "rdq_compliance.suite"
-HERE = Path(__file__).resolve().parent
+from tests._paths import pythonpath
+from tests.broken import catalogue
+from tests.broken import mongo as variants
 
-#: variant -> (suite module, catching test function, rule id)
-CASES = {
-    "check_then_act": ("test_exclusive", "test_threads_never_share_a_claim", "one-claim"),
-    "fenced_by_id": ("test_lease", "test_stale_token_is_refused_and_changes_nothing", "fencing"),
-    "numbered_from_count": (
-        "test_history",
-        "test_reclaim_after_redrive_numbers_from_history",
-        "history-numbering",
-    ),
-    "reclaim_outside_step": (
-        "test_lease",
-        "test_expired_lease_is_reclaimed_with_a_lease_expired_attempt",
-        "reclaim-expired",
-    ),
-}
+SUITE = "rdq_compliance.suite"
+
+def _case(suite: catalogue.Suite) -> tuple[str, str, str]:
+    """(suite module, catching test function, rule id): a mongo case has one catcher."""
+    ((key, rule),) = suite.catchers.items()
+    module, function = key.split("::")
+    return module.removesuffix(".py"), function, rule
+
+
+#: variant -> (suite module, catching test function, rule id): the catalogue's.
+CASES = {v.name: _case(s) for v, s in catalogue.cases(catalogue.Suite, "mongo")}
 
 
 def _run(pytester: pytest.Pytester, dsn: str, variant: str, module: str, function: str):
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "-q", "--rdq-require-backend",
-        f"--rdq-backend=_mongo_variants:{variant}", f"--rdq-dsn={dsn}",
+        f"--rdq-backend=tests.broken.mongo:{variant}", f"--rdq-dsn={dsn}",
         "-k", function, "--pyargs", f"{SUITE}.{module}",
     )  # fmt: skip
     reports = result.reprec.getreports("pytest_runtest_logreport")  # type: ignore[attr-defined]
@@ -52,8 +48,7 @@ def _run(pytester: pytest.Pytester, dsn: str, variant: str, module: str, functio
 
 @pytest.fixture
 def suite_env(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
-    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
     for name in [n for n in os.environ if n.startswith("RDQ_")]:
         monkeypatch.delenv(name)
     return pytester
@@ -86,7 +81,8 @@ def test_faithful_mongo_storage_passes_the_catching_tests(suite_env, mongo_serve
     """The control: the real storage through the same module passes every catching test."""
     for module in sorted({m for m, _, _ in CASES.values()}):
         functions = " or ".join(f for m, f, _ in CASES.values() if m == module)
-        ret, failed, passed, out = _run(suite_env, mongo_server.dsn, "faithful", module, functions)
+        control = catalogue.control("mongo").name
+        ret, failed, passed, out = _run(suite_env, mongo_server.dsn, control, module, functions)
         assert ret == pytest.ExitCode.OK and not failed, (
             f"{module}: {sorted(failed)}\n{out[-3000:]}"
         )

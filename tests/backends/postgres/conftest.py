@@ -2,27 +2,20 @@
 
 The server is ``RDQ_POSTGRES_DSN`` (or ``RDQ_DSN``), else the local default
 ``postgresql://postgres@127.0.0.1:5432/test``. When it does not answer, every test here
-is skipped with the reason (:func:`_pg_support.require_server` at module level).
-``_pg_support`` is made importable here and in spawned children, whatever the
-``--import-mode``.
+is skipped with the reason (:func:`tests.backends.postgres._pg_support.require_server`
+at module level).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
+import psycopg
 import pytest
+from rdq_postgres.server import PostgresServer
+from rdq_postgres.storage import PostgresStorage
 
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-import psycopg  # noqa: E402
-from _pg_support import require_server  # noqa: E402
-from rdq_postgres.server import PostgresServer  # noqa: E402
-from rdq_postgres.storage import PostgresStorage  # noqa: E402
+from tests.backends.postgres._pg_support import require_server
 
 
 @pytest.fixture(scope="session")

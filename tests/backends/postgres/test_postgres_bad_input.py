@@ -10,13 +10,13 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from _pg_support import count_rows, require_server
 from psycopg import sql
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core import validation
 from rdq_core.errors import InvalidArgument
 from rdq_core.model import ByIds, DlqFilter, ErrorInfo, NewTask, Outcome, Status
+from tests.backends.postgres._pg_support import count_rows, require_server
 
 DSN = require_server()
 LEASE = timedelta(minutes=5)

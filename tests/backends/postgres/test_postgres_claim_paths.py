@@ -17,12 +17,12 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from _pg_support import require_server
 from psycopg import sql
 from rdq_postgres.queries import CLAIM_WIDTH, Queries, claim_params
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.model import ByIds, Claim, ErrorInfo, NewTask, Outcome, Status
+from tests.backends.postgres._pg_support import require_server
 
 require_server()
 LEASE = timedelta(minutes=5)

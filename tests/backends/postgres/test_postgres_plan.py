@@ -36,7 +36,6 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from _pg_support import count_rows, require_server
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from rdq_postgres.queries import Queries, claim_params
@@ -44,6 +43,7 @@ from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.model import NewTask, Outcome, Status
+from tests.backends.postgres._pg_support import count_rows, require_server
 
 DSN = require_server()
 

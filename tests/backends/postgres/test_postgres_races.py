@@ -17,11 +17,11 @@ import threading
 import time
 from datetime import timedelta
 
-from _pg_support import require_server
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.errors import StaleClaim
 from rdq_core.model import Claim, ErrorInfo, NewTask, Outcome, Status
+from tests.backends.postgres._pg_support import require_server
 
 DSN = require_server()
 TASKS = 20

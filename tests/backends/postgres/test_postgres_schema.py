@@ -12,7 +12,6 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from _pg_support import require_server
 from psycopg import errors as pg_errors
 from psycopg import sql
 from rdq_postgres import schema
@@ -24,6 +23,7 @@ from rdq_postgres.storage import PostgresStorage
 from rdq_compliance import registry
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 from rdq_core.model import NewTask
+from tests.backends.postgres._pg_support import require_server
 
 DSN = require_server()
 LEASE = timedelta(minutes=5)

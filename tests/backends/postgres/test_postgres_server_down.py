@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
-from _pg_support import ensure_running, local_server, sleep_on_server
 from rdq_postgres.connection import POOL_TIMEOUT_S
 from rdq_postgres.local import LocalPostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
+from tests.backends.postgres._pg_support import ensure_running, local_server, sleep_on_server
 
 #: A call on an open storage must give up within this while the server is down (the pool
 #: timeout, 10 s, is what it used to wait).

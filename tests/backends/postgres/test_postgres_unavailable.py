@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from _pg_support import require_server, sleep_on_server
 from rdq_postgres.errors import mask_dsn
 from rdq_postgres.plugin import backend
 from rdq_postgres.server import PostgresServer
@@ -20,6 +19,7 @@ from rdq_postgres.storage import PostgresStorage
 from rdq_compliance.provision.backend import ProvisionRequest
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
+from tests.backends.postgres._pg_support import require_server, sleep_on_server
 
 DSN = require_server()
 LEASE = timedelta(minutes=5)

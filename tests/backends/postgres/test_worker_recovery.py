@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pytest
-from _pg_support import ensure_running, local_server
 from rdq_postgres.local import LocalPostgresServer
 from rdq_postgres.storage import PostgresStorage
 
@@ -36,6 +35,7 @@ from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask, Outcome, Status, Task
 from rdq_core.retry import RetryPolicy
 from rdq_core.worker import TaskContext, Worker, WorkerObserver
+from tests.backends.postgres._pg_support import ensure_running, local_server
 
 TASKS = 200
 WORKERS = 3

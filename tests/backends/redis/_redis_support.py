@@ -16,7 +16,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
-import _tcp_proxy
 import pytest
 import redis
 from rdq_redis.local import LocalRedisServer
@@ -26,6 +25,7 @@ from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavaila
 from rdq_core.errors import IdConflict
 from rdq_core.model import ByIds, DlqFilter, ErrorInfo, NewTask, Outcome
 from rdq_core.spi import Storage
+from tests import _tcp_proxy
 
 DEFAULT_DSN = "redis://127.0.0.1:6379/0"
 CLUSTER_ENV = "RDQ_REDIS_CLUSTER_DSN"

@@ -3,25 +3,18 @@
 The server is ``RDQ_REDIS_DSN`` (or ``RDQ_DSN``), else the local default
 ``redis://127.0.0.1:6379/0``. When it does not answer, every test here is skipped with
 the reason (a failure under ``CI=true``). The cluster tests use ``RDQ_REDIS_CLUSTER_DSN``,
-else start a private 3-master cluster from the local binaries. ``_redis_support`` is made
-importable here, whatever the ``--import-mode``.
+else start a private 3-master cluster from the local binaries.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+from rdq_redis.plugin import RedisServer
+from rdq_redis.storage import RedisStorage
 
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from _redis_support import require_server  # noqa: E402
-from rdq_redis.plugin import RedisServer  # noqa: E402
-from rdq_redis.storage import RedisStorage  # noqa: E402
+from tests.backends.redis._redis_support import require_server
 
 
 @pytest.fixture(scope="session")

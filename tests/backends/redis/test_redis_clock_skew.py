@@ -1,7 +1,7 @@
 """Redis under the clock-skew campaign (issue 14, item 2), on the test server.
 
 - the ``redis`` backend (every script reads ``TIME`` on the server) passes it;
-- the ``client_clock`` variant (:mod:`rdq_broken_redis`: every script takes ``now`` from
+- the ``client_clock`` variant (:mod:`tests.broken.redis`: every script takes ``now`` from
   an ``ARGV`` the client sends) is caught by it under the rule ``storage-clock``, naming a
   task and the two workers whose clocks disagree — and the same campaign without the skew
   passes it (as does the conformance suite, ``test_redis_variants.py``): only skewed
@@ -10,34 +10,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _skew_support import assert_caught, assert_clean, skew_campaign, variant_session
+
+from tests._skew_support import assert_caught, assert_clean, skew_case
+from tests.broken import catalogue
 
 pytestmark = [pytest.mark.chaos]
 
-HERE = Path(__file__).resolve().parent
+#: The variant and what must catch it: the catalogue's (the skew campaign).
+((VARIANT, SKEW),) = catalogue.cases(
+    catalogue.Campaign, "redis", by=catalogue.relative(__file__)
+)
 
 
 @pytest.mark.parametrize(
     ("backend", "skewed"),
     [
         ("redis", True),
-        ("rdq_broken_redis:client_clock", True),
-        ("rdq_broken_redis:client_clock", False),
+        (VARIANT.dotted, True),
+        (VARIANT.dotted, False),
     ],
     ids=["redis-passes", "client-clock-caught", "client-clock-passes-unskewed"],
 )
 def test_the_skew_campaign(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, dsn: str, backend: str, skewed: bool
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    dsn: str,
+    backend: str,
+    skewed: bool,
+    record_property: Callable[[str, object], None],
 ) -> None:
-    session = variant_session(monkeypatch, backend, tmp_path / "srv", dsn=dsn, module_dir=HERE)
-    try:
-        result, _ = skew_campaign(session, tmp_path / "out", skewed=skewed)
-    finally:
-        session.close()
+    result = skew_case(
+        monkeypatch, backend, tmp_path, skewed=skewed, dsn=dsn, record=record_property
+    )
     if backend == "redis" or not skewed:
         assert_clean(result)
     else:
-        assert_caught(result)
+        assert_caught(result, rules=SKEW.rules)

@@ -16,7 +16,6 @@ from datetime import timedelta
 import psutil
 import pytest
 import redis
-from _redis_support import CLUSTER_ENV, lifecycle, local_cluster, with_query
 from rdq_redis import keys
 from rdq_redis.connection import primaries
 from rdq_redis.errors import map_error
@@ -36,6 +35,7 @@ from rdq_compliance.provision.backend import (
 from rdq_compliance.provision.ports import port_open
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
+from tests.backends.redis._redis_support import CLUSTER_ENV, lifecycle, local_cluster, with_query
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,13 @@ from datetime import timedelta
 
 import pytest
 import redis
-from _redis_support import lifecycle
 from rdq_redis import admin, keys
 from rdq_redis.storage import RedisStorage
 from redis.crc import key_slot
 
 from rdq_core.errors import InvalidArgument
 from rdq_core.model import DlqFilter, ErrorInfo, NewTask
+from tests.backends.redis._redis_support import lifecycle
 
 
 def _keys_of(client: redis.Redis, namespace: str) -> list[str]:

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 
 import pytest
 import redis
-from _redis_support import lifecycle, with_query
 from rdq_redis import scripts as scripts_module
 from rdq_redis.scripts import SOURCES, Scripts, ScriptSource
 
 from rdq_core.model import NewTask, utc_from_micros
+from tests.backends.redis._redis_support import lifecycle, with_query
 
 
 def test_every_script_touches_only_declared_keys(dsn, connect, monkeypatch):

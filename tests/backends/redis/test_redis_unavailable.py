@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from _redis_support import ReplyLosingProxy, free_port
 from rdq_redis import keys
 from rdq_redis.plugin import RedisServer
 from rdq_redis.storage import RedisStorage
@@ -21,6 +20,7 @@ from rdq_compliance.chaos.journal_observer import JournalObserver
 from rdq_core.errors import BackendUnavailable, InvalidArgument, StaleClaim
 from rdq_core.model import NewTask, Outcome, Status
 from rdq_core.worker import Worker
+from tests.backends.redis._redis_support import ReplyLosingProxy, free_port
 
 
 @pytest.fixture

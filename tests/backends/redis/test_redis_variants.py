@@ -1,8 +1,8 @@
 """The kit fails every broken Redis variant, naming the rule (issue 10, item 4).
 
-For each variant of :mod:`rdq_broken_redis` the conformance suite is run against it in a
+For each variant of :mod:`tests.broken.redis` the conformance suite is run against it in a
 pytest subprocess, as a backend author would run it (``pytest
---rdq-backend=rdq_broken_redis:<variant> -k ... --junitxml ...``), and the JUnit report is
+--rdq-backend=tests.broken.redis:<variant> -k ... --junitxml ...``), and the JUnit report is
 read back. The check, as for the in-memory broken backends
 (``tests/test_kit_catches_bug_classes.py``):
 
@@ -34,16 +34,18 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import rdq_broken_redis as broken
-from _redis_support import with_query
 
 from rdq_compliance.rules import RULES
+from tests._paths import pythonpath
+from tests.backends.redis._redis_support import with_query
+from tests.broken import catalogue
+from tests.broken import redis as broken
 
-HERE = Path(__file__).resolve().parent
 CONFORMANCE = "not chaos and not stateful"
 #: A whole run (one subprocess) may take at most this long.
 RUN_TIMEOUT_S = 300
@@ -51,95 +53,45 @@ RUN_TIMEOUT_S = 300
 
 @dataclass(frozen=True)
 class Case:
-    """A variant, the class it stands for, and what must catch it.
-
-    ``catchers``: ``module.py::test_name`` (every parametrization counts; at least one
-    must fail, every failing one must name the rule) or ``module.py::test_name[param]``
-    (that one must fail) → the rule id. ``where``: ``server``, ``cluster`` or ``guard``
-    (the server with the undeclared-key guard). ``workers``: a failure must also name two
-    workers holding the victim."""
+    """A variant and what the suite must show of it (:class:`tests.broken.catalogue.Suite`:
+    its catchers, where it runs, whether it must be caught)."""
 
     variant: str
     bug_class: str
-    catchers: dict[str, str]
-    where: str = "server"
-    workers: bool = False
-    also: tuple[str, ...] = field(default=())
+    suite: catalogue.Suite
+
+    @property
+    def catchers(self) -> Mapping[str, str]:
+        return self.suite.catchers
+
+    @property
+    def where(self) -> str:
+        return self.suite.where
+
+    @property
+    def workers(self) -> bool:
+        return self.suite.workers
 
     @property
     def keyword(self) -> str:
-        """``-k`` for the catching test functions (and ``also``); names are unique in the
-        suite."""
-        names = {k.split("::", 1)[1].split("[", 1)[0] for k in self.catchers}
-        return " or ".join(sorted(names | set(self.also)))
+        return self.suite.keyword
 
     def __str__(self) -> str:
         return f"{self.variant}-{self.where}"
 
 
-_CLUSTER_KEYS = {
-    "test_enqueue.py::test_payload_bytes_round_trip": "cluster-keys",
-    "test_claim.py::test_claims_come_out_oldest_due_first": "cluster-keys",
-}
-
-UNDECLARED = Case(
-    "undeclared_key_enqueue",
-    "§5.12 a script touches a key not in KEYS (the id index, in ARGV): refused on a cluster",
-    _CLUSTER_KEYS,
-    where="cluster",
-)
-
-CASES = [
-    Case(
-        "split_claim",
-        "§5.1 claim in two round trips (pick, then take without re-checking): two workers "
-        "get one task",
-        {"test_exclusive.py::test_threads_never_share_a_claim": "one-claim"},
-        workers=True,
-    ),
-    UNDECLARED,
-    Case(
-        "undeclared_key_enqueue",
-        "§5.12 the same, on one server with the undeclared-key guard (rdq_check_keys=1)",
-        _CLUSTER_KEYS,
-        where="guard",
-    ),
-    Case(
-        "outcome_ignores_token",
-        "§5.3 outcome scripts check the task id and status, not the token",
-        {
-            f"test_lease.py::test_stale_token_is_refused_and_changes_nothing[{m}-reclaimed]": (
-                "fencing"
-            )
-            for m in ("complete", "reschedule", "dead_letter")
-        },
-    ),
-    Case(
-        "reclaim_without_lease_expired",
-        "§2/invariant H a reclaim re-scores the lease without recording LEASE_EXPIRED",
-        {
-            "test_lease.py::test_expired_lease_is_reclaimed_with_a_lease_expired_attempt": (
-                "reclaim-expired"
-            ),
-            "test_history.py::test_lease_expiries_are_numbered_in_sequence": "history-numbering",
-            "test_history.py::test_reclaim_after_redrive_numbers_from_history": (
-                "history-numbering"
-            ),
-        },
-    ),
+#: Every redis variant of the catalogue with what the suite must show of it.
+_ALL = [Case(v.name, v.title, s) for v, s in catalogue.cases(catalogue.Suite, "redis")]
+#: The ones the suite must catch.
+CASES = [c for c in _ALL if c.suite.caught]
+#: The undeclared-key variant where it is caught: on the cluster.
+(UNDECLARED,) = [c for c in CASES if c.variant == "undeclared_key_enqueue" and c.where == "cluster"]
+#: The ones the suite alone must not catch: the undeclared-key variant on a single server
+#: without the guard, and the client-clock variant (the clock-skew campaign catches it).
+(UNDECLARED_ON_SERVER,) = [
+    c for c in _ALL if c.variant == "undeclared_key_enqueue" and not c.suite.caught
 ]
-
-CLIENT_CLOCK = Case(
-    "client_clock",
-    "§5.11 every script takes now from an ARGV the client sends",
-    {"test_claim.py::test_claim_stamps_the_lease_from_the_storage_clock": "storage-clock"},
-    also=(
-        "test_extend_lease_sets_expiry_to_storage_now_plus_lease",
-        "test_live_lease_is_not_reclaimed_before_it_expires",
-        "test_expired_lease_is_reclaimed_with_a_lease_expired_attempt",
-        "test_future_task_is_not_claimed",
-    ),
-)
+(CLIENT_CLOCK,) = [c for c in _ALL if c.variant == "client_clock" and not c.suite.caught]
 
 
 # ---- running the suite in a subprocess ---------------------------------------------------
@@ -172,12 +124,12 @@ def _read_junit(path: Path) -> tuple[list[str], dict[str, str]]:
 
 
 def run_suite(tmp_path: Path, variant: str, where: str, dsn: str, select: list[str]) -> SuiteRun:
-    """``pytest --rdq-backend=rdq_broken_redis:<variant> <select>`` in ``tmp_path``, as a
+    """``pytest --rdq-backend=tests.broken.redis:<variant> <select>`` in ``tmp_path``, as a
     backend author runs the kit (the plugin adds its suite, node ids
     ``rdq_compliance/suite/<module>.py::...``)."""
     victims, junit = tmp_path / "victims.txt", tmp_path / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RDQ_", "PYTEST_XDIST_"))}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
     env[broken.VICTIMS_ENV] = str(victims)
     if where == "cluster":
         server = ["--rdq-option", "redis_cluster=3", "--rdq-option", "redis_persistence=none"]
@@ -185,7 +137,7 @@ def run_suite(tmp_path: Path, variant: str, where: str, dsn: str, select: list[s
         server = [f"--rdq-dsn={with_query(dsn, 'rdq_check_keys=1') if where == 'guard' else dsn}"]
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=short",
-        "--rdq-require-backend", "--rdq-no-docker", f"--rdq-backend=rdq_broken_redis:{variant}",
+        "--rdq-require-backend", "--rdq-no-docker", f"--rdq-backend=tests.broken.redis:{variant}",
         *server, *select, f"--junitxml={junit}",
     ]  # fmt: skip
     proc = subprocess.run(
@@ -251,9 +203,9 @@ def check_caught(case: Case, run: SuiteRun) -> None:
 
 def test_every_variant_has_a_case_and_every_rule_exists():
     exposed = {n for n, v in vars(broken).items() if isinstance(v, broken.VariantBackend)}
-    covered = {c.variant for c in [*CASES, CLIENT_CLOCK]} | {"control"}
+    covered = {c.variant for c in _ALL} | {catalogue.control("redis").name}
     assert exposed == covered, f"variants without a case: {sorted(exposed - covered)}"
-    rules = {r for c in [*CASES, CLIENT_CLOCK] for r in c.catchers.values()}
+    rules = {r for c in _ALL for r in c.catchers.values()}
     assert rules <= set(RULES), f"unknown rule ids: {sorted(rules - set(RULES))}"
 
 
@@ -278,8 +230,8 @@ def test_control_passes(tmp_path: Path, dsn: str, where: str, select: list[str])
 def test_undeclared_key_variant_passes_on_a_single_server(tmp_path: Path, dsn: str):
     """Why the cluster run is needed: on one server, without the guard, a script may touch
     any key, and the one-script enqueue is even atomic — the same tests pass."""
-    case = UNDECLARED
-    run = run_suite(tmp_path, case.variant, "server", dsn, ["-k", case.keyword])
+    case = UNDECLARED_ON_SERVER
+    run = run_suite(tmp_path, case.variant, case.where, dsn, ["-k", case.keyword])
     assert run.ret == pytest.ExitCode.OK and run.passed and not run.failed, run.describe()
     assert run.victims, "the one-script enqueue never ran"
 

@@ -8,11 +8,11 @@ import threading
 from collections import Counter
 from datetime import timedelta
 
-import _sqlite_workers as workers
 import pytest
 from rdq_sqlite.storage import SqliteStorage
 
 from rdq_core.model import NewTask, Status
+from tests.backends.sqlite import _sqlite_workers as workers
 
 PROCS = 4
 PER_PROC = 300

@@ -2,20 +2,20 @@
 the kit must fail it naming the rule (SPEC §5). Plus a faithful control.
 
 Each variant is a :class:`rdq_mongo.storage.MongoStorage` with one hook replaced, and is
-registered for the suite as ``--rdq-backend=_mongo_variants:<name>`` (a ``Backend``
+registered for the suite as ``--rdq-backend=tests.broken.mongo:<name>`` (a ``Backend``
 instance of this module). Every variant records the task ids its broken code path
 actually mishandled in :data:`VICTIMS` (in this process: the suite tests that catch these
 bugs run in-process, threads included), so a test can check that the kit's report names
 a task the bug hit.
 
-- ``check_then_act``: the claim reads the candidate, checks in Python that it is
+- ``check_then_act_claim``: the claim reads the candidate, checks in Python that it is
   claimable, then writes with ``update_one({_id})`` — no guard in the write's filter
   (§5.1: two workers get one task);
-- ``fenced_by_id``: complete / reschedule / dead-letter filter on ``_id`` alone, not on
+- ``outcome_ignores_token``: complete / reschedule / dead-letter filter on ``_id`` alone, not on
   token and status (§5.3: a stale worker's result is accepted);
-- ``numbered_from_count``: the reclaim's LEASE_EXPIRED attempt is numbered
+- ``lease_expired_numbered_from_count``: the reclaim's LEASE_EXPIRED attempt is numbered
   ``attempt_count + 1`` (§5.4: after a redrive the number repeats);
-- ``reclaim_outside_step``: the claim takes the expired lease in one write and appends
+- ``reclaim_in_two_writes``: the claim takes the expired lease in one write and appends
   the LEASE_EXPIRED attempt in a second one, after the claimed document was read (the
   claim hands out a task whose history lacks the attempt; a crash between the writes
   would lose it);
@@ -23,7 +23,7 @@ a task the bug hit.
   the times it stamps — is the client's clock (``time.time_ns()``), not the server's
   ``$$NOW``: only skewed client clocks show it (the clock-skew campaign,
   ``test_mongo_clock_skew.py``);
-- ``faithful``: the real storage through this same module (the control).
+- ``control``: the real storage through this same module.
 """
 
 from __future__ import annotations
@@ -71,18 +71,18 @@ class CheckThenActClaim(MongoStorage):
             self.claims[task_id] += 1
             twice = self.claims[task_id] > 1
         if twice:
-            victim("check_then_act", task_id)
+            victim("check_then_act_claim", task_id)
         got = tasks.find_one({"_id": task_id, "token": token})
         return None if got is None else documents.claim(got)
 
 
-class OutcomeFencedById(MongoStorage):
+class OutcomeIgnoresToken(MongoStorage):
     """§5.3: the outcome's filter names the task, not the claim."""
 
     def _outcome_guard(self, task_id: str, token: str) -> dict[str, Any]:
         doc = self._run("peek", lambda db: db[schema.TASKS].find_one({"_id": task_id}))
         if doc is not None and (doc.get("token") != token or doc["status"] != "IN_FLIGHT"):
-            victim("fenced_by_id", task_id)
+            victim("outcome_ignores_token", task_id)
         return {"_id": task_id}
 
 
@@ -101,11 +101,11 @@ class LeaseExpiredNumberedFromCount(MongoStorage):
         if claim is not None and claim.reclaimed:
             numbers = [a.attempt_no for a in claim.task.attempts]
             if len(set(numbers)) != len(numbers) or numbers != sorted(numbers):
-                victim("numbered_from_count", claim.task_id)
+                victim("lease_expired_numbered_from_count", claim.task_id)
         return claim
 
 
-class ReclaimOutsideTheStep(MongoStorage):
+class ReclaimInTwoWrites(MongoStorage):
     """The reclaim's LEASE_EXPIRED attempt is written by a second write, after the claim."""
 
     def _claim_pipeline(self, token: str, now_us: int, lease_us: int) -> updates.Pipeline:
@@ -123,7 +123,7 @@ class ReclaimOutsideTheStep(MongoStorage):
         claim = super()._claim_one(db, write, task_id, queue, now_us, lease_us)
         if claim is None or not claim.reclaimed:
             return claim
-        victim("reclaim_outside_step", task_id)
+        victim("reclaim_in_two_writes", task_id)
         expired = {
             "n": updates.NEXT_ATTEMPT_NO,
             "s": "$expired_from",
@@ -147,7 +147,7 @@ class ReclaimOutsideTheStep(MongoStorage):
         return claim
 
 
-class ClientClockFilter(MongoStorage):
+class ClientClock(MongoStorage):
     """The claim filters and stamps with the client's datetime instead of ``$$NOW``."""
 
     @staticmethod
@@ -165,9 +165,11 @@ class _Variant(MongoBackend):
         return self.storage(dsn, namespace)
 
 
-check_then_act = _Variant("check_then_act", CheckThenActClaim)
-fenced_by_id = _Variant("fenced_by_id", OutcomeFencedById)
-numbered_from_count = _Variant("numbered_from_count", LeaseExpiredNumberedFromCount)
-reclaim_outside_step = _Variant("reclaim_outside_step", ReclaimOutsideTheStep)
-client_clock = _Variant("client_clock", ClientClockFilter)
-faithful = _Variant("faithful", MongoStorage)
+check_then_act_claim = _Variant("check_then_act_claim", CheckThenActClaim)
+outcome_ignores_token = _Variant("outcome_ignores_token", OutcomeIgnoresToken)
+lease_expired_numbered_from_count = _Variant(
+    "lease_expired_numbered_from_count", LeaseExpiredNumberedFromCount
+)
+reclaim_in_two_writes = _Variant("reclaim_in_two_writes", ReclaimInTwoWrites)
+client_clock = _Variant("client_clock", ClientClock)
+control = _Variant("control", MongoStorage)

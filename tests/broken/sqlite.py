@@ -2,10 +2,11 @@
 
 Each is the SQLite backend (:class:`rdq_sqlite.storage.SqliteStorage`, safe across
 processes) with the narrowest piece overridden the way a real queue once got it wrong.
-Named to the harness as ``_broken_chaos_backends:<attribute>`` (``--rdq-backend=`` or
-``rdq-chaos run --backend``); this folder must be importable, in the worker processes
-too: put it on ``PYTHONPATH``. Given to :func:`~rdq_compliance.chaos.runner.run_campaign`
-as the ``backend`` object, with the same string as ``backend_name``.
+Named to the harness as ``tests.broken.sqlite:<attribute>`` (``--rdq-backend=`` or
+``rdq-chaos run --backend``); the worker processes import it by that name too, so they
+need the checkout root on ``PYTHONPATH`` (:func:`tests._paths.pythonpath`). Given to
+:func:`~rdq_compliance.chaos.runner.run_campaign` as the ``backend`` object, with the same
+string as ``backend_name``.
 
 ======================================  ===========  ====================================
 attribute                               SPEC §5      what breaks
@@ -18,14 +19,14 @@ attribute                               SPEC §5      what breaks
 ``dead_letter_deletes``                 7            a dead-lettered task vanishes
 ``extend_lease_ignores_token``          8            a zombie's heartbeat is accepted
 ``reschedule_completes``                (none)       a retry is recorded as a success
-``split_claim_reference``               (none)       nothing: the reference claim, split
+``control``                             (none)       nothing: the reference claim, split
 ======================================  ===========  ====================================
 
 The incidents named in the docstrings are the ones listed in the project notes ``PRIOR-ART.md``
 ("How real queues broke"). ``test_chaos_finds_bugs.py`` shows the standard chaos suite
 fails the first six, naming the rule; ``test_chaos_campaign.py`` uses
-``dead_letter_deletes`` for the CLI's exit status. ``split_claim_reference`` (the claim
-restated as the hooks classes 1 and 2 override) passes the conformance suite.
+``dead_letter_deletes`` for the CLI's exit status. ``control`` (the claim restated as
+the hooks classes 1 and 2 override) passes the conformance suite.
 
 Note that the SQLite schema's CHECK constraints (IN_FLIGHT needs a token and
 ``due_at = lease_expires_at``; a terminal task has no lease) refuse some cruder
@@ -62,7 +63,7 @@ from rdq_core.tokens import new_token
 class SplitClaim(SqliteStorage):
     """The reference claim (``SqliteStorage._claim_due``) restated as two hooks: ``_due``
     (which rows, in the claim's transaction) and ``_stamp`` (make them the caller's).
-    With no hook changed it *is* the reference claim (``split_claim_reference`` passes
+    With no hook changed it *is* the reference claim (``control`` passes
     the conformance suite and the chaos suite), so a failure of a variant below is its
     one change."""
 
@@ -402,4 +403,4 @@ reclaim_drops_task = _Backend(ReclaimDropsTask, "reclaim-drops-task")
 dead_letter_deletes = _Backend(DeadLetterDeletes, "dead-letter-deletes")
 extend_lease_ignores_token = _Backend(ExtendLeaseIgnoresToken, "extend-lease-ignores-token")
 reschedule_completes = _Backend(RescheduleCompletes, "reschedule-completes")
-split_claim_reference = _Backend(SplitClaim, "split-claim-reference")
+control = _Backend(SplitClaim, "split-claim-reference")

@@ -1,4 +1,4 @@
-"""Deliberately broken Redis backends: the kit's proof that it fails them (issue 10, item 4).
+"""Broken Redis backends: the kit's proof that it fails them (issue 10, item 4).
 
 Each variant is the real :class:`rdq_redis.storage.RedisStorage` with one piece done the
 way a Redis queue could get it wrong: a changed script (given to the storage through its
@@ -6,10 +6,10 @@ way a Redis queue could get it wrong: a changed script (given to the storage thr
 so the conformance suite runs against it unchanged::
 
     pytest --pyargs rdq_compliance.suite.test_lease \\
-        --rdq-backend=rdq_broken_redis:outcome_ignores_token --rdq-dsn=redis://127.0.0.1:6379/0
+        --rdq-backend=tests.broken.redis:outcome_ignores_token --rdq-dsn=redis://127.0.0.1:6379/0
 
-(this folder must be on ``sys.path``/``PYTHONPATH``). ``control`` is the same plumbing with
-nothing changed: it must pass, so a variant's failure is its one change.
+(with the checkout root on ``PYTHONPATH``). ``control`` is the same plumbing with nothing
+changed: it must pass, so a variant's failure is its one change.
 
 Every variant records its **victims**: the id of each task on which its broken code path
 actually did something the real backend would not (the task claimed although another
@@ -21,6 +21,11 @@ in another process, so they are appended to the file named by ``RDQ_REDIS_VICTIM
 A variant's scripts must differ from the real ones: every edit below asserts that the text
 it replaces is there, so a change to :mod:`rdq_redis.scripts` cannot silently turn a
 variant back into the real backend.
+
+Two more, at the end, are not script variants but clients that take an unanswered call as
+applied (:mod:`tests.broken._unanswered`): ``acks_timed_out_reports``, which only a frozen
+server exposes, and ``hb_timeout_taken_as_extended``, which only a network partition
+exposes. They record their victims in ``$RDQ_FREEZE_VICTIMS`` / ``$RDQ_PARTITION_VICTIMS``.
 """
 
 from __future__ import annotations
@@ -34,13 +39,15 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
+import redis
 from rdq_redis import codec
 from rdq_redis.plugin import RedisBackend
 from rdq_redis.scripts import SOURCES, Scripts, ScriptSource
-from rdq_redis.storage import RedisStorage
+from rdq_redis.storage import RedisStorage, _stale
 
 from rdq_core.errors import IdConflict
 from rdq_core.model import Claim, NewTask, micros_from_delta
+from tests.broken._unanswered import ACK_TIMEOUT, FREEZE_VICTIMS_ENV, TimeoutTakenAsExtended, victim
 
 VICTIMS_ENV = "RDQ_REDIS_VICTIMS"
 
@@ -183,14 +190,14 @@ assert _LEASE_TEXT is not None
 _TAKE = _TAKE.replace("{lease_type}", _LEASE_TEXT[1]).replace("{lease_message}", _LEASE_TEXT[2])
 
 
-class SplitClaim(VariantStorage):
+class CheckThenActClaim(VariantStorage):
     """§5.1: the claim is two scripts, two round trips — *pick* reads the due range, *take*
     stamps the picked tasks IN_FLIGHT under fresh tokens. Each script is atomic; the claim
     is not: two workers that pick the same task both take it (the second overwrites the
     first's token), so two workers hold one task. Victims: tasks taken although round
     trip 1's member was gone by round trip 2 (another worker had taken them)."""
 
-    variant = "split_claim"
+    variant = "check_then_act_claim"
     sources = _with(
         claim_pick=ScriptSource("claim_pick", _PICK, readonly=True),
         claim_take=ScriptSource("claim_take", _TAKE),
@@ -320,12 +327,12 @@ _CLAIM_NO_EXPIRY = _edit(
 )
 
 
-class ReclaimWithoutLeaseExpired(VariantStorage):
+class ReclaimWithoutLeaseExpiredAttempt(VariantStorage):
     """Invariant H / §2: an expired lease is taken over — re-scored in ``lease``, a fresh
     token — but no LEASE_EXPIRED attempt is appended and ``attempt_count`` stays: the lost
     execution vanishes from the history. Victims: every task reclaimed so."""
 
-    variant = "reclaim_without_lease_expired"
+    variant = "reclaim_without_lease_expired_attempt"
     sources = _with(claim=replace(SOURCES["claim"], body=_CLAIM_NO_EXPIRY))
 
     def observe(self, name: str, args: list[Any], reply: Any) -> None:
@@ -364,11 +371,65 @@ class ClientClock(VariantStorage):
                 self.victim(row[0])
 
 
+# ---- only a fault exposes them: an unanswered call taken as applied ----------------------------
+
+
+class AcksTimedOutReports(RedisStorage):
+    """A ``complete`` (in ``MULTI``/``EXEC``) unanswered within ``ACK_TIMEOUT`` (a frozen
+    server) is taken as applied: the connection dropped, no error raised
+    (:mod:`tests.broken._unanswered`)."""
+
+    def _finish(self, action: str, task_id: str, keys_: list[str], args: list[Any]) -> None:
+        if action != "complete":
+            return super()._finish(action, task_id, keys_, args)
+        client, scripts = self._scripts()
+        kw = client.connection_pool.connection_kwargs
+        conn = redis.Connection(
+            host=kw.get("host", "127.0.0.1"),
+            port=kw.get("port", 6379),
+            db=kw.get("db", 0),
+            socket_timeout=ACK_TIMEOUT,
+        )
+        try:
+            conn.send_command("MULTI")
+            conn.read_response()
+            conn.send_command("EVALSHA", scripts.sha("complete"), len(keys_), *keys_, *args)
+            conn.read_response()
+            conn.send_command("EXEC")
+            (reply,) = conn.read_response()
+        except redis.TimeoutError:
+            victim(FREEZE_VICTIMS_ENV, task_id)
+            return  # the bug: no answer, so the connection is dropped and "it went through"
+        finally:
+            conn.disconnect()
+        if isinstance(reply, Exception):  # e.g. NOSCRIPT: the plain path loads the script
+            return super()._finish(action, task_id, keys_, args)
+        if int(reply[0]) != 1:
+            raise _stale(task_id, args[1], reply[1])
+
+
+class HbTimeoutTakenAsExtended(TimeoutTakenAsExtended, RedisStorage):
+    """A heartbeat unanswered within ``HB_TIMEOUT`` (a partition) is taken as applied
+    while the lease had more than half its length left (:mod:`tests.broken._unanswered`)."""
+
+
+class AcksTimedOutReportsBackend(RedisBackend):
+    def open(self, dsn: str, namespace: str) -> RedisStorage:
+        return AcksTimedOutReports(dsn, namespace)
+
+
+class HbTimeoutTakenAsExtendedBackend(RedisBackend):
+    def open(self, dsn: str, namespace: str) -> RedisStorage:
+        return HbTimeoutTakenAsExtended(dsn, namespace)
+
+
 # ---- the backend objects ----------------------------------------------------------------------
 
 control = VariantBackend(VariantStorage)
-split_claim = VariantBackend(SplitClaim)
+check_then_act_claim = VariantBackend(CheckThenActClaim)
 undeclared_key_enqueue = VariantBackend(UndeclaredKeyEnqueue)
 outcome_ignores_token = VariantBackend(OutcomeIgnoresToken)
-reclaim_without_lease_expired = VariantBackend(ReclaimWithoutLeaseExpired)
+reclaim_without_lease_expired_attempt = VariantBackend(ReclaimWithoutLeaseExpiredAttempt)
 client_clock = VariantBackend(ClientClock)
+acks_timed_out_reports = AcksTimedOutReportsBackend()
+hb_timeout_taken_as_extended = HbTimeoutTakenAsExtendedBackend()

@@ -1,12 +1,10 @@
-"""Deliberately broken storage backends: the kit's proof that its suite fails them.
+"""Broken reference stores: the kit's proof that its suite and its machine fail them.
 
 Each class below is the reference :class:`~rdq_core.memory.MemoryStore` with one
 hook overridden the way a real backend once got it wrong (SPEC §5). Each is exposed
 as a backend object, so the conformance suite runs against it unchanged::
 
-    pytest --pyargs rdq_compliance.suite --rdq-backend=rdq_broken_backends:check_then_act_claim
-
-(``tests/`` must be on ``sys.path``; ``tests/conftest.py`` puts it there.)
+    pytest --pyargs rdq_compliance.suite --rdq-backend=tests.broken.memory:check_then_act_claim
 
 Every broken store records, in its class attribute ``victims``, the id of each task
 on which its broken code path actually did something the reference would not (the
@@ -17,8 +15,8 @@ names the violated rule *and* one of those tasks.
 The claim-side variants share :class:`_ClaimHooks`, the reference claim split into
 small hooks (which rows are claimable, their order, how many are taken, how the
 LEASE_EXPIRED attempt is numbered, whether a token is minted). With no hook changed
-it is the reference claim; ``reference_with_claim_hooks`` runs the whole suite on it
-to show the split itself is faithful, so a failure of a variant is its one change.
+it is the reference claim; ``control`` runs the whole suite on it to show the split
+itself is faithful, so a failure of a variant is its one change.
 """
 
 from __future__ import annotations
@@ -462,8 +460,8 @@ class RescheduleIgnoresDelay(_Broken):
         super()._reschedule(task_id, token, timedelta(0), error)
 
 
-class WorkerClockClaim(_ClaimHooks):
-    """SPEC §2 time (extra) — the claim uses the worker's clock, 500 ms fast.
+class ClientClock(_ClaimHooks):
+    """SPEC §5.11 — the claim uses the worker's (the client's) clock, 500 ms fast.
 
     Incident: ``lease_expires_at`` and the due-time predicate computed in the client
     (``datetime.now()`` passed as a query parameter) instead of with ``now()`` in the
@@ -910,6 +908,26 @@ class EmptyFilterMeansEverything(_Broken):
         return super()._dlq_list(queue, filter, cursor, limit)
 
 
+# ---- beyond the suite: a read that fails --------------------------------------------------------
+
+
+class GetFailsAfterRedrive(_Broken):
+    """The machine's catch-all rule (``model-equivalence``): a read that fails.
+
+    Incident: a migration added a column the row decoder of ``get`` did not know, and
+    only tasks that had been through a redrive carried a value in it: ``get`` of such a
+    task raised a driver error from deep inside the decoder. No conformance rule is about
+    a crashing read: only the stateful machine catches it.
+    """
+
+    def _get(self, task_id: str) -> Task:
+        task = super()._get(task_id)
+        if task.redrive_count:
+            self._victim(task_id)
+            raise RuntimeError(f"row decoder: unknown value in column 'redriven_by' of {task_id}")
+        return task
+
+
 # ---- the backend objects ---------------------------------------------------------------------
 
 
@@ -917,7 +935,7 @@ def _backend(cls: Callable[[], MemoryStore], name: str) -> MemoryBackend:
     return MemoryBackend(store_factory=cls, name=f"broken-{name}")
 
 
-reference_with_claim_hooks = MemoryBackend(ReferenceWithClaimHooks, "reference-with-claim-hooks")
+control = MemoryBackend(ReferenceWithClaimHooks, "reference-with-claim-hooks")
 
 check_then_act_claim = _backend(CheckThenActClaim, "check-then-act-claim")
 reclaim_ignores_lease = _backend(ReclaimIgnoresLease, "reclaim-ignores-lease")
@@ -937,7 +955,7 @@ redrive_any_status = _backend(RedriveAnyStatus, "redrive-any-status")
 claims_before_due = _backend(ClaimsBeforeDue, "claims-before-due")
 claims_terminal_tasks = _backend(ClaimsTerminalTasks, "claims-terminal-tasks")
 reschedule_ignores_delay = _backend(RescheduleIgnoresDelay, "reschedule-ignores-delay")
-worker_clock_claim = _backend(WorkerClockClaim, "worker-clock-claim")
+client_clock = _backend(ClientClock, "client-clock")
 complete_records_no_attempt = _backend(CompleteRecordsNoAttempt, "complete-records-no-attempt")
 reschedule_deletes_task = _backend(RescheduleDeletesTask, "reschedule-deletes-task")
 expired_leases_never_reclaimed = _backend(
@@ -962,3 +980,4 @@ dlq_browse_is_a_receive = _backend(DlqBrowseIsAReceive, "dlq-browse-is-a-receive
 empty_filter_means_everything = _backend(
     EmptyFilterMeansEverything, "empty-filter-means-everything"
 )
+get_fails_after_redrive = MemoryBackend(GetFailsAfterRedrive, "get-fails-after-redrive")
