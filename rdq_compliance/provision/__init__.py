@@ -26,6 +26,9 @@ One small module per job:
                           :func:`check_network_mode` for a ``*_network`` option
 ``container_server``      :class:`ContainerFaults`, the mixin that gives a container
                           rung's ``Server`` its faults (kill, restart, pause) and close
+``admin``                 :class:`AdminHandle`: a ``Server``'s admin connection (lazy,
+                          one call at a time, clear errors, forgotten after a kill) and
+                          the namespaces it made, dropped at close
 ========================  ===============================================================
 
 **Import rule.** A backend's *storage* half imports only :mod:`rdq_core` and its driver,
@@ -37,6 +40,7 @@ container helpers), never a backend. Its modules import one another by module
 ``__init__``, so that importing any one of them does not need the others.
 """
 
+from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     FAILOVER,
@@ -96,6 +100,7 @@ __all__ = [
     "KILL_SERVER",
     "PAUSE_SERVER",
     "RESTART_SERVER",
+    "AdminHandle",
     "Backend",
     "BinaryNotFound",
     "ContainerFaults",

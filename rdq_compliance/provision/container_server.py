@@ -10,11 +10,12 @@ Every container rung's server has the same ones, so a backend's container server
             super().__init__(dsn, origin=container.describe())
             self.hold_container(container)
 
-        def forget_connections(self) -> None:  # the admin connections died with it
-            ...
-
         def wait_ready(self) -> None:  # after a restart
             ...
+
+After a kill or a restart the server's own connections are gone: the faults call the
+``Server``'s ``forget_connections`` (the backend's ``Server`` gives it, usually as its
+:class:`~rdq_compliance.provision.admin.AdminHandle`'s ``forget``).
 
 - :meth:`kill`: ``docker kill`` (SIGKILL to the server, PID 1); it stays down;
 - :meth:`restart`: the same container started again, its volume (the data) kept, on the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import TYPE_CHECKING
 
 from rdq_compliance.provision.kit_container import KitContainer
 
@@ -47,8 +49,9 @@ class ContainerFaults:
         self._fault_lock = threading.Lock()
         self._closed = False
 
-    def forget_connections(self) -> None:
-        """The server's own connections died with the container: drop them (override)."""
+    if TYPE_CHECKING:  # the Server's (never defined here: it would hide the Server's own)
+
+        def forget_connections(self) -> None: ...
 
     def wait_ready(self) -> None:
         """Return once the restarted server answers (override)."""

@@ -93,9 +93,6 @@ class ContainerMongoServer(ContainerFaults, MongoServer):
         self.hold_container(container)
         self._timeout, self._secantus = timeout, secantus
 
-    def forget_connections(self) -> None:
-        self._forget_admin_client()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.dsn, self._timeout, self._secantus)
 

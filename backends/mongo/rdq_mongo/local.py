@@ -289,7 +289,7 @@ class LocalMongoServer(MongoServer):
             self._check_open()
             self.local.kill()
             self._killed = True
-            self._forget_admin_client()
+            self.forget_connections()
 
     def restart(self) -> None:
         """Start the server again on the same port and data (a clean stop first if it
@@ -297,7 +297,7 @@ class LocalMongoServer(MongoServer):
         with self._state_lock:
             self._check_open()
             self.local.stop()
-            self._forget_admin_client()
+            self.forget_connections()
             try:
                 self.local.start()
             except (ProcessFailed, OSError) as exc:
@@ -328,7 +328,7 @@ class LocalMongoServer(MongoServer):
             if not self._killed and self.local.running:
                 with contextlib.suppress(Exception):
                     super().close()
-            self._forget_admin_client()
+            self.forget_connections()
             self.local.stop()
             self.local.remove()
 

@@ -88,9 +88,6 @@ class ContainerPostgresServer(ContainerFaults, PostgresServer):
         self.hold_container(container)
         self._timeout = timeout
 
-    def forget_connections(self) -> None:
-        self._forget_admin_connection()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.dsn, self._timeout)
 

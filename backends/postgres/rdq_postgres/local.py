@@ -407,14 +407,14 @@ class LocalPostgresServer(PostgresServer):
             self._check_open()
             self.cluster.kill()
             self._killed = True
-            self._forget_admin_connection()
+            self.forget_connections()
 
     def restart(self) -> None:
         """Start the server again on the same port and data (a clean stop first if it runs)."""
         with self._state_lock:
             self._check_open()
             self.cluster.stop()  # a clean stop if running; releases the old watchdog
-            self._forget_admin_connection()
+            self.forget_connections()
             try:
                 self.cluster.start()
             except ProcessFailed as exc:
@@ -449,7 +449,7 @@ class LocalPostgresServer(PostgresServer):
             if not self._killed:
                 with contextlib.suppress(Exception):
                     super().close()  # drop leftover namespaces, close the admin connection
-            self._forget_admin_connection()
+            self.forget_connections()
             if self._killed:
                 self._tidy_after_kill()
             self.cluster.stop()

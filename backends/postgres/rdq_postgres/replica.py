@@ -284,7 +284,7 @@ class ReplicatedPostgresServer(LocalPostgresServer):
     def failover(self, replica_lag: float = 0.0) -> str:
         with self._state_lock:
             self._check_open()
-            self._forget_admin_connection()
+            self.forget_connections()
             try:
                 promoted = self.pair.failover(replica_lag)
             except (ProcessFailed, psycopg.Error, OSError) as exc:

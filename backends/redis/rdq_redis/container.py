@@ -104,9 +104,6 @@ class ContainerRedisServer(ContainerFaults, RedisServer):
         self.hold_container(container)
         self._timeout = timeout
 
-    def forget_connections(self) -> None:
-        self._forget_admin_client()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.dsn, self._timeout)
 

@@ -453,7 +453,7 @@ class LocalRedisServer(RedisServer):
             self._check_open()
             self.local.kill()
             self._killed = True
-            self._forget_admin_client()
+            self.forget_connections()
 
     def restart(self) -> None:
         """Start the server again on the same ports and data (a clean stop first if it
@@ -461,7 +461,7 @@ class LocalRedisServer(RedisServer):
         with self._state_lock:
             self._check_open()
             self.local.stop()  # a clean stop of what runs (paused or not); releases watchdogs
-            self._forget_admin_client()
+            self.forget_connections()
             try:
                 self.local.start()
             except (ProcessFailed, redis.RedisError, OSError) as exc:
@@ -495,7 +495,7 @@ class LocalRedisServer(RedisServer):
             if not self._killed:
                 with contextlib.suppress(Exception):
                     super().close()  # drop leftover namespaces, close the admin client
-            self._forget_admin_client()
+            self.forget_connections()
             self.local.stop()
             self.local.remove()
 

@@ -218,7 +218,7 @@ class ReplicatedRedisServer(LocalRedisServer):
     def failover(self, replica_lag: float = 0.0) -> str:
         with self._state_lock:
             self._check_open()
-            self._forget_admin_client()
+            self.forget_connections()
             try:
                 return self.replicated.failover(replica_lag)
             except (ProcessFailed, redis.RedisError, OSError) as exc:

@@ -77,9 +77,6 @@ class ContainerMySqlServer(ContainerFaults, MySqlServer):
         self._password = password
         self._timeout = timeout
 
-    def forget_connections(self) -> None:
-        self._forget_admin_connection()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.container.host_port, self._password, self._timeout)
 

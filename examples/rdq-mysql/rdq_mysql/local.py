@@ -323,14 +323,14 @@ class LocalMySqlServer(MySqlServer):
             self._check_open()
             self.node.kill()
             self._killed = True
-            self._forget_admin_connection()
+            self.forget_connections()
 
     def restart(self) -> None:
         """Start the server again on the same port and data (a clean stop first if it runs)."""
         with self._state_lock:
             self._check_open()
             self.node.stop()
-            self._forget_admin_connection()
+            self.forget_connections()
             try:
                 self.node.start()
             except ProcessFailed as exc:
@@ -361,7 +361,7 @@ class LocalMySqlServer(MySqlServer):
             if not self._killed:
                 with contextlib.suppress(Exception):
                     super().close()
-            self._forget_admin_connection()
+            self.forget_connections()
             self.node.stop()
             self.node.remove()
 
