@@ -37,6 +37,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from rdq_core.errors import BackendUnavailable
@@ -55,6 +56,7 @@ def _never(conn: object, exc: BaseException) -> bool:
     return False
 
 
+@dataclass(kw_only=True, eq=False)
 class AdminHandle(Generic[C]):
     """One server's admin connection and namespaces (see the module docstring).
 
@@ -62,37 +64,27 @@ class AdminHandle(Generic[C]):
     saying why; ``disconnect(conn)`` closes one (errors are ignored). ``usable(conn)``:
     whether a kept connection may be used again (default: yes). ``lost(conn, exc)``:
     whether ``exc`` left ``conn`` unusable (default: no; a driver that reconnects by
-    itself never loses it).
+    itself never loses it). ``retries``: how many times a call whose error lost the
+    connection is made again on a new one.
     """
 
-    def __init__(
-        self,
-        *,
-        connect: Callable[[], C],
-        disconnect: Callable[[C], object],
-        errors: tuple[type[BaseException], ...],
-        map_error: Callable[[BaseException, str], BaseException],
-        usable: Callable[[C], bool] = _always,
-        lost: Callable[[C, BaseException], bool] = _never,
-        retries: int = 0,
-    ) -> None:
-        self._connect = connect
-        self._disconnect = disconnect
-        self._errors = errors
-        self._map_error = map_error
-        self._usable = usable
-        self._lost = lost
-        self._retries = retries
-        self._lock = threading.Lock()
-        self._conn: C | None = None
-        self._pid = os.getpid()
-        self._created: set[str] = set()
+    connect: Callable[[], C]
+    disconnect: Callable[[C], object]
+    errors: tuple[type[BaseException], ...]
+    map_error: Callable[[BaseException, str], BaseException]
+    usable: Callable[[C], bool] = _always
+    lost: Callable[[C, BaseException], bool] = _never
+    retries: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _conn: C | None = field(default=None, init=False, repr=False)
+    _pid: int = field(default_factory=os.getpid, init=False, repr=False)
+    _created: set[str] = field(default_factory=set, init=False, repr=False)
 
     def _open(self) -> C:
         conn = self._conn
-        if conn is not None and self._pid == os.getpid() and self._usable(conn):
+        if conn is not None and self._pid == os.getpid() and self.usable(conn):
             return conn
-        conn = self._connect()
+        conn = self.connect()
         self._conn, self._pid = conn, os.getpid()
         return conn
 
@@ -105,16 +97,16 @@ class AdminHandle(Generic[C]):
         """``fn(connection)``, one call at a time; a driver error becomes the backend's
         error for ``action``."""
         with self._lock:
-            for attempt in range(self._retries + 1):
+            for attempt in range(self.retries + 1):
                 conn = self._open()
                 try:
                     return fn(conn)
-                except self._errors as exc:
-                    if self._lost(conn, exc):
+                except self.errors as exc:
+                    if self.lost(conn, exc):
                         self._conn = None
-                        if attempt < self._retries:
+                        if attempt < self.retries:
                             continue  # the connection had died: once more on a new one
-                    raise self._map_error(exc, action) from exc
+                    raise self.map_error(exc, action) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def created(self, namespace: str) -> None:
@@ -135,7 +127,7 @@ class AdminHandle(Generic[C]):
             conn, self._conn = self._conn, None
         if conn is not None and self._pid == os.getpid():
             with contextlib.suppress(Exception):
-                self._disconnect(conn)
+                self.disconnect(conn)
 
     def close(self, drop: Callable[[str], object], also: Iterable[str] = ()) -> None:
         """Drop (``drop(namespace)``) ``also`` and the namespaces made through this handle

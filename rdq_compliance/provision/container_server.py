@@ -25,17 +25,24 @@ After a kill or a restart the server's own connections are gone: the faults call
   remove the container and its volume; idempotent.
 
 One lock orders them, so a fault never overlaps another or the close.
+
+:func:`start_container_server` is the container rung's start: the container, then the
+``Server`` on it (which waits until the server answers), the container removed again if
+that fails.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
-from rdq_compliance.provision.kit_container import KitContainer
+from rdq_compliance.provision.kit_container import ContainerSpec, KitContainer, start_kit_container
 
-__all__ = ["ContainerFaults"]
+__all__ = ["ContainerFaults", "start_container_server"]
+
+S = TypeVar("S")
 
 
 class ContainerFaults:
@@ -85,3 +92,15 @@ class ContainerFaults:
             with contextlib.suppress(Exception):
                 super().close()  # type: ignore[misc]  # the Server's own close
             self.container.remove()  # the container and its volume
+
+
+def start_container_server(spec: ContainerSpec, serve: Callable[[KitContainer], S]) -> S:
+    """:func:`~rdq_compliance.provision.kit_container.start_kit_container` of ``spec``, then
+    ``serve(container)`` (wait until the server answers, return its ``Server``); if that
+    fails, the container and its volume are removed and the error raised as it is."""
+    container = start_kit_container(spec)
+    try:
+        return serve(container)
+    except BaseException:
+        container.remove()
+        raise
