@@ -1,7 +1,8 @@
 """A server binary run as a managed local process, tied to the lifetime of the kit.
 
-:class:`ManagedProcess` is what every server backend's "local binaries" rung (PostgreSQL
-now; Redis and MongoDB later) and the chaos harness's worker fleet start processes with:
+:class:`ManagedProcess` is what every server backend's "local binaries" rung (through a
+:class:`~rdq_compliance.provision.local_server.ProcessSlot`) and the chaos harness's
+worker fleet start processes with:
 a process started in its own session (so its process group is its own), optionally as
 another user when we are root (:mod:`rdq_compliance.provision.users`), output to a log
 file, with :meth:`~ManagedProcess.wait_ready` (a real readiness probe, no blind sleeps),
