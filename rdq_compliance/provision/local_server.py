@@ -252,8 +252,9 @@ class LocalFaults:
     """Mixin: the faults of a local rung's ``Server`` (see the module docstring). Put it
     first among the bases and call :meth:`hold_processes` from ``__init__``."""
 
-    #: What a failed (re)start raises besides ``ProcessFailed`` (the driver's errors,
-    #: ``OSError``): a restart or failover turns them into ``ProvisionUnavailable``.
+    #: What a failed start raises (``ProcessFailed``; a backend adds its driver's errors
+    #: and ``OSError``): :func:`start_rung`, a restart and a failover turn them into
+    #: ``ProvisionUnavailable`` naming the server.
     start_errors: tuple[type[BaseException], ...] = (ProcessFailed,)
 
     if TYPE_CHECKING:  # the Server's (never defined here: it would hide the Server's own)
