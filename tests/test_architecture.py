@@ -9,8 +9,9 @@ module level or inside a function, ``TYPE_CHECKING`` blocks included):
 - no two modules import each other, directly or round a longer circle;
 - nothing is looked up by ``importlib`` but a backend named ``module:attribute`` (the
   registry); the checker in particular is imported;
-- the watchdog script of managed processes, and the reaper script of kit containers,
-  are stdlib-only and never imported;
+- the reaper scripts (:data:`REAPER_SCRIPTS`: the watchdog of managed processes, the
+  reapers of kit containers and of network namespaces) are stdlib-only and never
+  imported;
 - nothing edits ``sys.path`` (the kit's tests are a package tree imported by dotted
   names; spawned processes get ``PYTHONPATH``); no benchmark imports the kit's tests
   (they run them, or the kit's commands, in a subprocess), and every broken variant a
@@ -32,6 +33,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 KIT = ("rdq_core", "rdq_compliance")
+#: The scripts a ``ReaperPipe`` starts as ``python -I -S`` (no site-packages): a
+#: third-party import would fail at once, and importing one would run it in the kit.
+REAPER_SCRIPTS = (
+    "rdq_compliance.provision._watchdog",
+    "rdq_compliance.provision._container_reaper",
+    "rdq_compliance.provision._netns_reaper",
+)
 
 
 def package_roots(root: Path) -> dict[str, Path]:
@@ -200,6 +208,20 @@ def backend_knowledge_problems(graph: Mapping[str, set[str]]) -> list[str]:
     ]
 
 
+def reaper_problems(graph: Mapping[str, set[str]], scripts: Iterable[str]) -> list[str]:
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    out = []
+    for script in scripts:
+        if script not in graph:
+            out.append(f"{script} is missing")
+            continue
+        out += [
+            f"{script} imports {i}" for i in sorted(graph[script]) if i.split(".")[0] not in stdlib
+        ]
+        out += [f"{m} imports {script}" for m, deps in sorted(graph.items()) if script in deps]
+    return out
+
+
 def lookup_problems(root: Path) -> list[str]:
     out = []
     for module, path in sorted(modules_of(package_roots(root)).items()):
@@ -264,14 +286,9 @@ def test_importing_a_storage_half_loads_no_kit_code(graph):
     assert out.stdout.strip() == "[]", out.stdout
 
 
-@pytest.mark.parametrize(
-    "watchdog", ["rdq_compliance.provision._watchdog", "rdq_compliance.provision._container_reaper"]
-)
-def test_the_watchdog_is_stdlib_only_and_never_imported(graph, watchdog):
-    stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert watchdog in graph
-    assert {i.split(".")[0] for i in graph[watchdog]} <= stdlib, graph[watchdog]
-    assert [m for m, deps in graph.items() if watchdog in deps] == []
+@pytest.mark.parametrize("script", REAPER_SCRIPTS)
+def test_the_reaper_scripts_are_stdlib_only_and_never_imported(graph, script):
+    assert reaper_problems(graph, [script]) == []
 
 
 # ---- ... and each rule fails where it should ------------------------------------------------
@@ -421,4 +438,24 @@ def test_the_tests_and_benchmarks_rules_fail_on_a_crafted_tree(tmp_path):
     ]
     assert benchmark_variant_problems(root, {"tests.broken.memory:limit_ignored"}) == [
         "benchmarks/bugs.py names tests.broken.memory:no_such_bug, not in the catalogue"
+    ]
+
+
+def test_the_reaper_rule_fails_on_a_crafted_tree(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "rdq_compliance/__init__.py": "",
+            "rdq_compliance/provision/__init__.py": "",
+            "rdq_compliance/provision/_watchdog.py": "import json\nimport os\n",
+            "rdq_compliance/provision/_netns_reaper.py": "import json\nimport psutil\n",
+            "rdq_compliance/provision/netns.py": (
+                "def f():\n    from rdq_compliance.provision import _netns_reaper\n"
+            ),
+        },
+    )
+    assert reaper_problems(import_graph(root), REAPER_SCRIPTS) == [
+        "rdq_compliance.provision._container_reaper is missing",
+        "rdq_compliance.provision._netns_reaper imports psutil",
+        "rdq_compliance.provision.netns imports rdq_compliance.provision._netns_reaper",
     ]

@@ -6,7 +6,8 @@ One small module per job:
 ========================  ===============================================================
 ``backend``               the ``Backend``/``Server`` interfaces, ``ProvisionRequest``,
                           ``StorageSpec``, ``ProvisionUnavailable``, the fault names
-``ports``                 :func:`free_port`, :func:`port_open`
+``ports``                 :func:`free_port`, :func:`port_open`, :func:`start_on_free_port`
+                          (again on a fresh port while one was taken: :class:`PortInUse`)
 ``binaries``              :func:`find_binary`, :func:`find_binaries`, :func:`search_dirs`,
                           :class:`BinaryNotFound`
 ``users``                 :class:`RunAs`, :func:`server_user`, :func:`server_base`,
@@ -15,8 +16,19 @@ One small module per job:
 ``process``               :class:`ManagedProcess` (a process that dies with the kit),
                           :class:`ProcessFailed`, :func:`run_to_completion`,
                           :func:`remove_tree`
+``reaper_pipe``           the kit's end of a reaper (a helper that cleans up when the kit
+                          dies: the watchdog of a ManagedProcess, the reapers of
+                          containers and network namespaces), once for all three
 ``_watchdog``             the script that launches a ManagedProcess and reaps it when the
-                          kit dies (stdlib only, run as ``python -I -S``, never imported)
+                          kit dies (stdlib only, run as ``python -I -S``, never imported;
+                          so are ``_container_reaper`` and ``_netns_reaper``)
+``local_server``          :class:`ProcessSlot` (one server process of a local rung: what it
+                          runs, how it is probed, its verbs), :class:`LocalFaults` (the
+                          mixin that gives a local rung's ``Server`` its faults and close),
+                          :func:`start_rung`
+``admin``                 :class:`AdminHandle`: a ``Server``'s admin connection (lazy,
+                          one call at a time, clear errors, forgotten after a kill) and
+                          the namespaces it made, dropped at close
 ``options``               the one parser of ``--rdq-option`` rung options:
                           :func:`option`, :class:`RungOptions`
 ``containers``            :func:`docker_unavailable_reason`, :func:`wait_until_ready`
@@ -25,7 +37,11 @@ One small module per job:
                           :class:`KitContainer` it returns (address, faults, removal),
                           :func:`check_network_mode` for a ``*_network`` option
 ``container_server``      :class:`ContainerFaults`, the mixin that gives a container
-                          rung's ``Server`` its faults (kill, restart, pause) and close
+                          rung's ``Server`` its faults (kill, restart, pause) and close;
+                          :func:`start_container_server` (the container, then its
+                          ``Server``; the container removed if that fails)
+``netns``                 the network namespaces of partitions (used by the chaos harness)
+``forwarder``             a TCP relay on 127.0.0.1 (a replicated server's one address)
 ========================  ===============================================================
 
 **Import rule.** A backend's *storage* half imports only :mod:`rdq_core` and its driver,
@@ -37,6 +53,7 @@ container helpers), never a backend. Its modules import one another by module
 ``__init__``, so that importing any one of them does not need the others.
 """
 
+from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     FAILOVER,
@@ -57,7 +74,7 @@ from rdq_compliance.provision.binaries import (
     find_binary,
     search_dirs,
 )
-from rdq_compliance.provision.container_server import ContainerFaults
+from rdq_compliance.provision.container_server import ContainerFaults, start_container_server
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
@@ -65,6 +82,7 @@ from rdq_compliance.provision.kit_container import (
     check_network_mode,
     start_kit_container,
 )
+from rdq_compliance.provision.local_server import LocalFaults, ProcessSlot, start_rung
 from rdq_compliance.provision.options import (
     Option,
     OptionValues,
@@ -72,11 +90,10 @@ from rdq_compliance.provision.options import (
     RungOptions,
     option,
 )
-from rdq_compliance.provision.ports import free_port, port_open
+from rdq_compliance.provision.ports import PortInUse, free_port, port_open, start_on_free_port
 from rdq_compliance.provision.process import (
     ManagedProcess,
     ProcessFailed,
-    ProcessSlot,
     remove_tree,
     run_to_completion,
 )
@@ -96,15 +113,18 @@ __all__ = [
     "KILL_SERVER",
     "PAUSE_SERVER",
     "RESTART_SERVER",
+    "AdminHandle",
     "Backend",
     "BinaryNotFound",
     "ContainerFaults",
     "ContainerSpec",
     "KitContainer",
+    "LocalFaults",
     "ManagedProcess",
     "Option",
     "OptionValues",
     "Paths",
+    "PortInUse",
     "ProcessFailed",
     "ProcessSlot",
     "ProvisionRequest",
@@ -128,7 +148,10 @@ __all__ = [
     "search_dirs",
     "server_base",
     "server_user",
+    "start_container_server",
     "start_kit_container",
+    "start_on_free_port",
+    "start_rung",
     "traversable_by",
     "wait_until_ready",
 ]

@@ -153,6 +153,13 @@ class Server(ABC):
         """Process ids of server processes the kit started (for leak checks)."""
         return []
 
+    def forget_connections(self) -> None:
+        """The server's own connections (its admin connection) died with its process — a
+        kill, a restart, a failover: drop them, so that the next call opens new ones.
+        The faults of a server the kit owns call it (``LocalFaults``, ``ContainerFaults``);
+        the default keeps no connection."""
+        return None
+
     # ---- network partitions: where clients connect, and the DSN through another address --
 
     def network_address(self) -> tuple[str, int]:

@@ -10,11 +10,12 @@ Every container rung's server has the same ones, so a backend's container server
             super().__init__(dsn, origin=container.describe())
             self.hold_container(container)
 
-        def forget_connections(self) -> None:  # the admin connections died with it
-            ...
-
         def wait_ready(self) -> None:  # after a restart
             ...
+
+After a kill or a restart the server's own connections are gone: the faults call the
+``Server``'s ``forget_connections`` (the backend's ``Server`` gives it, usually as its
+:class:`~rdq_compliance.provision.admin.AdminHandle`'s ``forget``).
 
 - :meth:`kill`: ``docker kill`` (SIGKILL to the server, PID 1); it stays down;
 - :meth:`restart`: the same container started again, its volume (the data) kept, on the
@@ -24,16 +25,24 @@ Every container rung's server has the same ones, so a backend's container server
   remove the container and its volume; idempotent.
 
 One lock orders them, so a fault never overlaps another or the close.
+
+:func:`start_container_server` is the container rung's start: the container, then the
+``Server`` on it (which waits until the server answers), the container removed again if
+that fails.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
-from rdq_compliance.provision.kit_container import KitContainer
+from rdq_compliance.provision.kit_container import ContainerSpec, KitContainer, start_kit_container
 
-__all__ = ["ContainerFaults"]
+__all__ = ["ContainerFaults", "start_container_server"]
+
+S = TypeVar("S")
 
 
 class ContainerFaults:
@@ -47,8 +56,9 @@ class ContainerFaults:
         self._fault_lock = threading.Lock()
         self._closed = False
 
-    def forget_connections(self) -> None:
-        """The server's own connections died with the container: drop them (override)."""
+    if TYPE_CHECKING:  # the Server's (never defined here: it would hide the Server's own)
+
+        def forget_connections(self) -> None: ...
 
     def wait_ready(self) -> None:
         """Return once the restarted server answers (override)."""
@@ -82,3 +92,15 @@ class ContainerFaults:
             with contextlib.suppress(Exception):
                 super().close()  # type: ignore[misc]  # the Server's own close
             self.container.remove()  # the container and its volume
+
+
+def start_container_server(spec: ContainerSpec, serve: Callable[[KitContainer], S]) -> S:
+    """:func:`~rdq_compliance.provision.kit_container.start_kit_container` of ``spec``, then
+    ``serve(container)`` (wait until the server answers, return its ``Server``); if that
+    fails, the container and its volume are removed and the error raised as it is."""
+    container = start_kit_container(spec)
+    try:
+        return serve(container)
+    except BaseException:
+        container.remove()
+        raise

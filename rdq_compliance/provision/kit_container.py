@@ -8,7 +8,8 @@ use). Testcontainers' Ryuk reaper is not used (it is an image to pull, and none 
 pulled where no registry answers); instead, before the container exists, a reaper
 process is started (``_container_reaper.py`` beside this module, stdlib only) that
 removes every container and volume with this container's owner label when the kit
-process dies, SIGKILL included.
+process dies, SIGKILL included (the kit's end of its pipe is a
+:class:`~rdq_compliance.provision.reaper_pipe.ReaperPipe`).
 
 **Labels.** Every container and volume the kit creates carries ``rdq.kit=1``
 (:data:`KIT_LABEL`), ``rdq.owner=<random id>`` (:data:`OWNER_LABEL`, what its reaper
@@ -37,11 +38,8 @@ freezer stops every process of the container).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +49,7 @@ from typing import Any
 from rdq_compliance.provision.backend import ProvisionUnavailable
 from rdq_compliance.provision.containers import docker_unavailable_reason, wait_until_ready
 from rdq_compliance.provision.ports import free_port
+from rdq_compliance.provision.reaper_pipe import ReaperNotReady, ReaperPipe, start_reaper
 from rdq_core.errors import InvalidArgument
 
 __all__ = [
@@ -78,23 +77,6 @@ NETWORK_PUBLISHED = "published"
 NETWORK_AUTO = "auto"
 NETWORK_MODES = (NETWORK_AUTO, NETWORK_HOST, NETWORK_PUBLISHED)
 REAPER_SCRIPT = Path(__file__).with_name("_container_reaper.py")
-#: How long the reaper may take to say it is ready.
-_REAPER_TIMEOUT = 10.0
-
-#: Reaper control pipes of this process; closed in forked children, so that only the
-#: process that started a container keeps it alive.
-_REAPER_FDS: set[int] = set()
-
-
-def _close_reaper_fds_in_child() -> None:
-    for fd in list(_REAPER_FDS):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _REAPER_FDS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_reaper_fds_in_child)
 
 
 def check_network_mode(value: str, option_name: str) -> str:
@@ -142,64 +124,10 @@ class ContainerSpec:
     environment: Mapping[str, str] = field(default_factory=dict)
 
 
-class _Reaper:
-    """The kit's end of one ``_container_reaper.py`` process."""
-
-    def __init__(self, label: str) -> None:
-        read_end, write_end = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", os.fspath(REAPER_SCRIPT)],
-                stdin=read_end,
-                stdout=subprocess.PIPE,
-                start_new_session=True,  # no terminal signals; outlives us to clean up
-                close_fds=True,
-            )
-        except BaseException:
-            os.close(write_end)
-            raise
-        finally:
-            os.close(read_end)
-        self._control: int | None = write_end
-        _REAPER_FDS.add(write_end)
-        config = {"docker_host": docker_host(), "label": label}
-        os.write(write_end, (json.dumps(config) + "\n").encode())
-        assert self.process.stdout is not None
-        ready = threading.Event()
-
-        def wait() -> None:
-            assert self.process.stdout is not None
-            if self.process.stdout.readline().strip() == b"ready":
-                ready.set()
-
-        threading.Thread(target=wait, name="rdq-container-reaper", daemon=True).start()
-        if not ready.wait(_REAPER_TIMEOUT):
-            self.release()
-            raise ProvisionUnavailable("the container reaper did not start")
-
-    def release(self, timeout: float = 60.0) -> None:
-        """Tell the reaper to remove what carries the label now, and wait for it."""
-        if self._control is None:
-            return
-        with contextlib.suppress(OSError):
-            os.write(self._control, b"quit\n")
-        with contextlib.suppress(OSError):
-            os.close(self._control)
-        _REAPER_FDS.discard(self._control)
-        self._control = None
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
 class KitContainer:
     """One running server container (see the module docstring)."""
 
-    def __init__(self, spec: ContainerSpec, client: Any, owner: str, reaper: _Reaper) -> None:
+    def __init__(self, spec: ContainerSpec, client: Any, owner: str, reaper: ReaperPipe) -> None:
         self.spec = spec
         self.owner = owner
         self.client = client
@@ -360,7 +288,12 @@ def start_kit_container(spec: ContainerSpec) -> KitContainer:
                 "tools/build_local_images.sh and pass the rdq-local/... image"
             ) from exc
     owner = secrets.token_hex(6)
-    reaper = _Reaper(f"{OWNER_LABEL}={owner}")
+    config = {"docker_host": docker_host(), "label": f"{OWNER_LABEL}={owner}"}
+    try:
+        reaper = start_reaper(REAPER_SCRIPT, config, what="container reaper")
+    except ReaperNotReady as exc:
+        client.close()
+        raise ProvisionUnavailable(str(exc)) from None
     try:
         return KitContainer(spec, client, owner, reaper)
     except BaseException as exc:

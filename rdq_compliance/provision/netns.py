@@ -30,7 +30,8 @@ A process runs inside slot *i*'s namespace through :meth:`Topology.command_prefi
 **Clean-up.** :meth:`Topology.close` deletes the namespaces (their links go with them).
 Before anything is created a reaper process (``_netns_reaper.py``, stdlib only) is started
 holding a pipe whose only writer is the owner: when the owner dies, SIGKILL included, the
-reaper reads end of file and deletes every namespace named ``rdq-<pid>-*``.
+reaper reads end of file and deletes every namespace named ``rdq-<pid>-*`` (the owner's
+end of the pipe is a :class:`~rdq_compliance.provision.reaper_pipe.ReaperPipe`).
 :func:`sweep_stale` removes the namespaces of owners that are no longer alive.
 
 Needs root, ``ip`` (iproute2) and ``nft`` (nftables): :func:`unavailable` says what is
@@ -42,19 +43,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from rdq_compliance.provision.reaper_pipe import ReaperNotReady, ReaperPipe, start_reaper
 
 T = TypeVar("T")
 
@@ -66,18 +67,6 @@ MAX_SLOTS = 256
 REAPER_SCRIPT = Path(__file__).with_name("_netns_reaper.py")
 _CLONE_NEWNET = 0x40000000
 _NAME_RE = re.compile(rf"^{PREFIX}-(\d+)-[a-z0-9]+$")
-_REAPER_FDS: set[int] = set()
-
-
-def _close_reaper_fds_in_child() -> None:
-    for fd in list(_REAPER_FDS):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _REAPER_FDS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_reaper_fds_in_child)
 
 
 class NetnsError(RuntimeError):
@@ -235,48 +224,6 @@ class _Forwarder:
             s.close()
 
 
-class _Reaper:
-    """The owner's end of one ``_netns_reaper.py`` process."""
-
-    def __init__(self, prefix: str) -> None:
-        read_end, write_end = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", os.fspath(REAPER_SCRIPT)],
-                stdin=read_end,
-                stdout=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            os.close(read_end)
-        self._control: int | None = write_end
-        _REAPER_FDS.add(write_end)
-        os.write(write_end, (json.dumps({"prefix": prefix}) + "\n").encode())
-        assert self.process.stdout is not None
-        if self.process.stdout.readline().strip() != b"ready":
-            self.release()
-            raise NetnsError("the namespace reaper did not start")
-
-    def release(self) -> None:
-        """Tell the reaper to delete what carries the prefix now, and wait for it."""
-        if self._control is None:
-            return
-        with contextlib.suppress(OSError):
-            os.write(self._control, b"quit\n")
-        with contextlib.suppress(OSError):
-            os.close(self._control)
-        _REAPER_FDS.discard(self._control)
-        self._control = None
-        try:
-            self.process.wait(30.0)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
 class InNamespace:
     """Runs calls on one thread that entered ``namespace`` (so every socket they open,
     and every thread they start, is in it). :meth:`close` ends the thread."""
@@ -348,7 +295,7 @@ class Topology:
         self.cut: set[int] = set()
         self.lossy: set[int] = set()
         self._forwarders: list[_Forwarder] = []
-        self._reaper: _Reaper | None = None
+        self._reaper: ReaperPipe | None = None
 
     @property
     def port(self) -> int:
@@ -357,7 +304,11 @@ class Topology:
 
     def open(self) -> Topology:
         """Build everything; on failure, remove what was built and raise :class:`NetnsError`."""
-        self._reaper = _Reaper(f"{PREFIX}-{self.owner}-")
+        config = {"prefix": f"{PREFIX}-{self.owner}-"}
+        try:
+            self._reaper = start_reaper(REAPER_SCRIPT, config, what="namespace reaper")
+        except ReaperNotReady as exc:
+            raise NetnsError(str(exc)) from None
         try:
             self._build()
         except BaseException:

@@ -1,7 +1,8 @@
 """A server binary run as a managed local process, tied to the lifetime of the kit.
 
-:class:`ManagedProcess` is what every server backend's "local binaries" rung (PostgreSQL
-now; Redis and MongoDB later) and the chaos harness's worker fleet start processes with:
+:class:`ManagedProcess` is what every server backend's "local binaries" rung (through a
+:class:`~rdq_compliance.provision.local_server.ProcessSlot`) and the chaos harness's
+worker fleet start processes with:
 a process started in its own session (so its process group is its own), optionally as
 another user when we are root (:mod:`rdq_compliance.provision.users`), output to a log
 file, with :meth:`~ManagedProcess.wait_ready` (a real readiness probe, no blind sleeps),
@@ -21,7 +22,9 @@ tree and removes the paths it was told to clean up. This survives the switch to 
 user (which clears ``PR_SET_PDEATHSIG``) and covers the server's own children (the tree
 is killed, not one pid). Processes forked from the kit (e.g. multiprocessing workers)
 close their copy of the pipe at fork, so the server's lifetime is tied to the kit
-process alone.
+process alone. The kit's end of that pipe is a
+:class:`~rdq_compliance.provision.reaper_pipe.ReaperPipe`, as for the reapers of
+containers and network namespaces.
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ import os
 import queue
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,6 +44,7 @@ from typing import Any
 
 import psutil
 
+from rdq_compliance.provision.reaper_pipe import READY_TIMEOUT, ReaperPipe
 from rdq_compliance.provision.users import RunAs, chown_tree
 
 __all__ = [
@@ -55,8 +57,6 @@ __all__ = [
 
 #: The watchdog script (stdlib only; run as ``python -I -S``, never imported).
 WATCHDOG_SCRIPT = Path(__file__).with_name("_watchdog.py")
-#: How long :meth:`ManagedProcess.start` waits for the watchdog to report the launch.
-_LAUNCH_TIMEOUT = 15.0
 #: psutil statuses of a process that is no longer running (exited, not yet reaped).
 _DEAD = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
 #: How long :meth:`ManagedProcess.pause` waits to see every process stopped.
@@ -100,22 +100,6 @@ class ProcessFailed(RuntimeError):
         super().__init__(message)
 
 
-#: Control-pipe write ends of this process's ManagedProcesses; closed in forked children
-#: so that only the process that started a server keeps it alive.
-_CONTROL_FDS: set[int] = set()
-
-
-def _close_control_fds_in_child() -> None:
-    for fd in list(_CONTROL_FDS):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _CONTROL_FDS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_control_fds_in_child)
-
-
 class ManagedProcess:
     """A server process started through a watchdog, tied to the lifetime of this process.
 
@@ -155,8 +139,7 @@ class ManagedProcess:
         self.stop_signal = int(stop_signal)
         self.grace = grace
         self.cleanup_paths = [Path(p) for p in cleanup_paths]
-        self._watchdog: subprocess.Popen[bytes] | None = None
-        self._control: int | None = None
+        self._watchdog: ReaperPipe | None = None
         self._pid: int | None = None
         self._returncode: int | None = None
         self._exited = threading.Event()
@@ -233,33 +216,14 @@ class ManagedProcess:
                 chown_tree(path, self.user)
             config.update(uid=self.user.uid, gid=self.user.gid, groups=list(self.user.groups))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        read_end, write_end = os.pipe()  # both non-inheritable (PEP 446)
-        try:
-            with self.log_path.open("ab") as log:
-                self._watchdog = subprocess.Popen(
-                    [sys.executable, "-I", "-S", os.fspath(WATCHDOG_SCRIPT)],
-                    stdin=read_end,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                    start_new_session=True,  # no terminal signals; outlives us to clean up
-                    close_fds=True,
-                )
-        except BaseException:
-            os.close(write_end)
-            raise
-        finally:
-            os.close(read_end)
-        self._control = write_end
-        _CONTROL_FDS.add(write_end)
-        threading.Thread(
-            target=self._read_status, name=f"rdq-watchdog-{self._watchdog.pid}", daemon=True
-        ).start()
-        self._send(json.dumps(config) + "\n")
-        if not self._launched.wait(_LAUNCH_TIMEOUT):
+        with self.log_path.open("ab") as log:
+            self._watchdog = ReaperPipe(
+                WATCHDOG_SCRIPT, config, stderr=log, on_line=self._on_status, on_eof=self._on_eof
+            )
+        if not self._launched.wait(READY_TIMEOUT):
             self._release()
             raise ProcessFailed(
-                f"the watchdog did not report launching {self.argv[0]} within "
-                f"{_LAUNCH_TIMEOUT:.0f}s",
+                f"the watchdog did not report launching {self.argv[0]} within {READY_TIMEOUT:.0f}s",
                 self.log_tail(),
             )
         if self._launch_error is not None:
@@ -269,35 +233,26 @@ class ManagedProcess:
             )
         return self
 
-    def _send(self, text: str) -> bool:
-        if self._control is None:
-            return False
+    def _on_status(self, raw: bytes) -> None:
+        """One line the watchdog wrote (the protocol of ``_watchdog.py``)."""
         try:
-            os.write(self._control, text.encode())
-        except OSError:
-            return False
-        return True
+            message = json.loads(raw)
+        except ValueError:
+            return
+        if "started" in message:
+            self._pid = int(message["started"])
+            self._launched.set()
+        elif "error" in message:
+            self._launch_error = str(message["error"])
+            self._launched.set()
+        elif "exited" in message:
+            self._returncode = int(message["exited"])
+            self._exited.set()
+        elif "done" in message:
+            self._replies.put(message)
 
-    def _read_status(self) -> None:
-        watchdog = self._watchdog
-        assert watchdog is not None and watchdog.stdout is not None
-        for raw in watchdog.stdout:
-            try:
-                message = json.loads(raw)
-            except ValueError:
-                continue
-            if "started" in message:
-                self._pid = int(message["started"])
-                self._launched.set()
-            elif "error" in message:
-                self._launch_error = str(message["error"])
-                self._launched.set()
-            elif "exited" in message:
-                self._returncode = int(message["exited"])
-                self._exited.set()
-            elif "done" in message:
-                self._replies.put(message)
-        # The watchdog is gone: no more news.
+    def _on_eof(self) -> None:
+        """The watchdog is gone: no more news."""
         if not self._launched.is_set():
             self._launch_error = self._launch_error or "the watchdog exited"
             self._launched.set()
@@ -308,7 +263,7 @@ class ManagedProcess:
         """Ask the watchdog to ``kill`` or ``stop``; the pids that survived (normally none)."""
         while not self._replies.empty():  # drop stale replies
             self._replies.get_nowait()
-        if not self._send(command + "\n"):
+        if self._watchdog is None or not self._watchdog.send(command):
             return []
         try:
             reply = self._replies.get(timeout=timeout)
@@ -442,23 +397,8 @@ class ManagedProcess:
     def _release(self) -> None:
         """Tell the watchdog we are done, close our end of the pipe, reap it."""
         self._released = True
-        control, self._control = self._control, None
-        if control is not None:
-            with contextlib.suppress(OSError):
-                os.write(control, b"quit\n")
-            _CONTROL_FDS.discard(control)
-            with contextlib.suppress(OSError):
-                os.close(control)
-        watchdog = self._watchdog
-        if watchdog is not None and watchdog.returncode is None:
-            try:
-                watchdog.wait(30.0)
-            except subprocess.TimeoutExpired:
-                watchdog.kill()
-                watchdog.wait()
-        if watchdog is not None and watchdog.stdout is not None:
-            with contextlib.suppress(OSError):
-                watchdog.stdout.close()
+        if self._watchdog is not None:
+            self._watchdog.release()
 
     def __enter__(self) -> ManagedProcess:
         return self.start() if self._watchdog is None else self
@@ -512,48 +452,3 @@ def remove_tree(path: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-class ProcessSlot:
-    """A server node's hold on its (optional) :class:`ManagedProcess`, for the local rungs.
-
-    A subclass (usually a dataclass) has a ``process`` attribute (``None`` before the node
-    started and after it stopped) and ``datadir``/``log_path``; this gives it the fault
-    verbs every local rung needs — each a no-op when there is no process to act on."""
-
-    process: ManagedProcess | None
-    datadir: Path
-    log_path: Path
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.running
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-
-    def stop(self) -> None:
-        """A clean shutdown (SIGTERM), SIGKILL after the grace period; idempotent."""
-        process, self.process = self.process, None
-        if process is not None:
-            process.stop()
-
-    def pause(self) -> None:
-        if self.process is not None and self.process.running:
-            self.process.pause()
-
-    def resume(self) -> None:
-        if self.process is not None:
-            self.process.resume()
-
-    @property
-    def paused(self) -> bool:
-        return self.process is not None and self.process.paused
-
-    def pids(self) -> list[int]:
-        return self.process.pids() if self.process is not None else []
-
-    def remove(self) -> None:
-        remove_tree(self.datadir)
-        remove_tree(self.log_path)

@@ -38,13 +38,12 @@ from rdq_compliance.provision.backend import (
     RESTART_SERVER,
     ProvisionRequest,
 )
-from rdq_compliance.provision.container_server import ContainerFaults
+from rdq_compliance.provision.container_server import ContainerFaults, start_container_server
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
     KitContainer,
     check_network_mode,
     image_labels,
-    start_kit_container,
 )
 from rdq_mongo.local import REPLICA_SET, Readiness, secantus_argv
 from rdq_mongo.options import (
@@ -93,9 +92,6 @@ class ContainerMongoServer(ContainerFaults, MongoServer):
         self.hold_container(container)
         self._timeout, self._secantus = timeout, secantus
 
-    def forget_connections(self) -> None:
-        self._forget_admin_client()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.dsn, self._timeout, self._secantus)
 
@@ -114,11 +110,10 @@ def start_container(request: ProvisionRequest) -> ContainerMongoServer:
         data_path="/data" if secantus else "/data/db",
         network=network,
     )
-    container = start_kit_container(spec)
-    uri = f"mongodb://127.0.0.1:{container.host_port}/?directConnection=true"
-    try:
+
+    def serve(container: KitContainer) -> ContainerMongoServer:
+        uri = f"mongodb://127.0.0.1:{container.host_port}/?directConnection=true"
         _wait_ready(container, uri, timeout, secantus)
         return ContainerMongoServer(container, uri, timeout, secantus)
-    except BaseException:
-        container.remove()
-        raise
+
+    return start_container_server(spec, serve)

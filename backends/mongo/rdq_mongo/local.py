@@ -33,19 +33,21 @@ period — :data:`STOP_GRACE_S`; SecantusDB does not exit promptly on SIGTERM).
 a kill or a pause); if the kit dies, the watchdog does.
 
 Plugin half: built from :mod:`rdq_compliance.provision` on
-:class:`rdq_mongo.server.MongoServer`.
+:class:`rdq_mongo.server.MongoServer`: the server process is a :class:`LocalMongoNode` (a
+``ProcessSlot``: what it runs, how it is probed), the faults and close come from
+``LocalFaults``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import sysconfig
-import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pymongo
 import pymongo.errors as px
@@ -58,14 +60,9 @@ from rdq_compliance.provision.backend import (
     ProvisionUnavailable,
 )
 from rdq_compliance.provision.binaries import BinaryNotFound, find_binary
+from rdq_compliance.provision.local_server import LocalFaults, ProcessSlot, start_rung
 from rdq_compliance.provision.options import Paths
-from rdq_compliance.provision.ports import free_port
-from rdq_compliance.provision.process import (
-    ManagedProcess,
-    ProcessFailed,
-    ProcessSlot,
-    remove_tree,
-)
+from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, remove_tree
 from rdq_mongo.options import (
     LOCAL_OPTIONS,
     MONGO_BIN_DIR,
@@ -79,7 +76,7 @@ from rdq_mongo.server import MongoServer
 __all__ = [
     "MONGO_SEARCH_DIRS",
     "REPLICA_SET",
-    "LocalMongo",
+    "LocalMongoNode",
     "LocalMongoServer",
     "Readiness",
     "find_server",
@@ -106,7 +103,6 @@ STOP_GRACE_S = {MONGOD: 20.0, SECANTUS: 3.0}
 #: SecantusDB's oplog bounds (its writes slow down as the oplog grows).
 SECANTUS_OPLOG_ENTRIES = 500
 SECANTUS_OPLOG_SECONDS = 60
-PORT_ATTEMPTS = 4
 
 
 def _scripts_dirs() -> list[str]:
@@ -196,7 +192,7 @@ class Readiness:
 
 
 @dataclass
-class LocalMongo(ProcessSlot):
+class LocalMongoNode(ProcessSlot):
     """The server process this rung started: its kind, binary, folder and port."""
 
     kind: str
@@ -219,6 +215,10 @@ class LocalMongo(ProcessSlot):
     def uri(self) -> str:
         return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
 
+    @property
+    def stop_grace(self) -> float:  # type: ignore[override]
+        return STOP_GRACE_S[self.kind]
+
     def argv(self) -> list[str]:
         if self.kind == MONGOD:
             return mongod_argv(self.binary, self.port, self.datadir)
@@ -226,150 +226,58 @@ class LocalMongo(ProcessSlot):
             self.binary, self.port, self.datadir, sync_on_commit=self.sync_on_commit
         )
 
-    def create(self) -> None:
-        """Start on a fresh free port (again if it was taken meanwhile)."""
-        remove_tree(self.datadir)
-        for attempt in range(PORT_ATTEMPTS):
-            self.port = free_port()
-            try:
-                self.start()
-                return
-            except ProcessFailed:
-                if attempt == PORT_ATTEMPTS - 1 or "in use" not in self._log().lower():
-                    raise
+    def readiness(self) -> Callable[[], object]:
+        """Until a writable primary (a ``mongod`` is sent ``replSetInitiate`` once)."""
+        return Readiness(self.uri, f"127.0.0.1:{self.port}", initiate=self.kind == MONGOD)
 
-    def start(self) -> None:
-        """Start the server on its port and data; wait until it is a writable primary."""
-        self.datadir.mkdir(parents=True, exist_ok=True)
-        process = ManagedProcess(
-            self.argv(),
-            log_path=self.log_path,
-            cwd=self.workdir,
-            stop_signal=signal.SIGTERM,
-            grace=STOP_GRACE_S[self.kind],
-            cleanup_paths=[self.datadir],
-        )
-        process.start()
-        self.process = process
-        ready = Readiness(self.uri, f"127.0.0.1:{self.port}", initiate=self.kind == MONGOD)
-        try:
-            process.wait_ready(
-                ready, self.start_timeout, what=f"{BINARY[self.kind]} on 127.0.0.1:{self.port}"
-            )
-        except ProcessFailed:
-            process.stop(grace=1.0)
-            self.process = None
-            raise
+    def launch_options(self) -> dict[str, Any]:
+        return {"cwd": self.workdir, "cleanup_paths": [self.datadir]}
 
-    def _log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
+    def port_taken(self, log: str) -> bool:
+        return "in use" in log.lower()  # mongod: "Address already in use"; SecantusDB too
 
 
-class LocalMongoServer(MongoServer):
+class LocalMongoServer(LocalFaults, MongoServer):
     """A private server the kit started from local binaries (see the module docstring)."""
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER})
+    start_errors = (ProcessFailed, OSError, px.PyMongoError)
 
-    def __init__(self, local: LocalMongo) -> None:
-        super().__init__(local.uri)
-        real = Path(os.path.realpath(local.binary))
-        shown = f"{local.binary} (-> {real})" if real != local.binary else str(local.binary)
-        self.origin = f"local binary {shown} on 127.0.0.1:{local.port}: {self.flavour.label}"
-        self.local = local
-        self._state_lock = threading.Lock()
-        self._killed = False
-        self._closed = False
+    def __init__(self, node: LocalMongoNode) -> None:
+        super().__init__(node.uri)
+        real = Path(os.path.realpath(node.binary))
+        shown = f"{node.binary} (-> {real})" if real != node.binary else str(node.binary)
+        self.origin = f"local binary {shown} on 127.0.0.1:{node.port}: {self.flavour.label}"
+        self.node = node
+        self.hold_processes()
 
-    def kill(self) -> None:
-        """SIGKILL the server; it stays down until :meth:`restart`."""
-        with self._state_lock:
-            self._check_open()
-            self.local.kill()
-            self._killed = True
-            self._forget_admin_client()
-
-    def restart(self) -> None:
-        """Start the server again on the same port and data (a clean stop first if it
-        runs), until it is a writable primary."""
-        with self._state_lock:
-            self._check_open()
-            self.local.stop()
-            self._forget_admin_client()
-            try:
-                self.local.start()
-            except (ProcessFailed, OSError) as exc:
-                raise ProvisionUnavailable(f"could not restart {self.origin}: {exc}") from exc
-            self._killed = False
-
-    def pause(self) -> None:
-        with self._state_lock:
-            self._check_open()
-            self.local.pause()
-
-    def resume(self) -> None:
-        with self._state_lock:
-            self._check_open()
-            self.local.resume()
-
-    def pids(self) -> list[int]:
-        return self.local.pids()
-
-    def close(self) -> None:
-        """Stop the server and delete its data; idempotent, fine after a kill or a pause."""
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self.local.paused:
-                self.local.resume()
-            if not self._killed and self.local.running:
-                with contextlib.suppress(Exception):
-                    super().close()
-            self._forget_admin_client()
-            self.local.stop()
-            self.local.remove()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ProvisionUnavailable(f"{self.origin} was closed")
+    def process_slots(self) -> Sequence[LocalMongoNode]:
+        return [self.node]
 
 
-def create_local(request: ProvisionRequest) -> LocalMongo:
-    """Find the binary, start the server, wait until it is ready."""
+def start_local_server(request: ProvisionRequest) -> LocalMongoServer:
+    """Rung 2 of the ladder: find the binary, start the server on a free port, wait until
+    it is a writable primary (see the module docstring)."""
     check_known(request.options)
     options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
     kind, binary = find_server(local_server(options), options[MONGO_BIN_DIR])
     workdir = Path(request.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    local = LocalMongo(
+    node = LocalMongoNode(
         kind,
         binary,
         workdir,
         options[MONGO_START_TIMEOUT],
         sync_on_commit=options[MONGO_SYNC_ON_COMMIT],
     )
-    try:
-        local.create()
-    except BaseException as exc:
-        local.stop()
-        local.remove()
-        if isinstance(exc, (ProcessFailed, OSError, px.PyMongoError)):
-            raise ProvisionUnavailable(
-                f"the local {BINARY[kind]} ({binary}) did not start: {exc}"
-            ) from exc
-        raise
-    return local
 
+    def start() -> None:
+        remove_tree(node.datadir)  # nothing of an earlier run may be reused
+        node.start_on_free_port()
 
-def start_local_server(request: ProvisionRequest) -> LocalMongoServer:
-    """Rung 2 of the ladder (see the module docstring)."""
-    local = create_local(request)
-    try:
-        return LocalMongoServer(local)
-    except BaseException:
-        local.stop()
-        local.remove()
-        raise
+    return start_rung(
+        node,
+        start,
+        LocalMongoServer,
+        failure=f"the local {BINARY[kind]} ({binary}) did not start",
+    )

@@ -20,16 +20,12 @@ this module.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import pymongo
 import pymongo.errors as px
 
+from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import Server
 from rdq_core.errors import BackendUnavailable
 from rdq_mongo import schema
@@ -38,8 +34,6 @@ from rdq_mongo.errors import map_error
 from rdq_mongo.flavour import Flavour, identify
 
 __all__ = ["ADMIN_APP_NAME", "NAMESPACE_PREFIX", "MongoServer"]
-
-T = TypeVar("T")
 
 #: The kit's own connections (a namespace's are ``rdq:<namespace>``).
 ADMIN_APP_NAME = "rdq-admin"
@@ -56,11 +50,13 @@ class MongoServer(Server):
         self.dsn = uri
         self.target = parse_uri(uri)
         self.where = f"mongo {self.target.masked!r}"
-        self._lock = threading.Lock()
-        self._client: pymongo.MongoClient | None = None
-        self._pid = os.getpid()
-        self._created: set[str] = set()
-        self.flavour: Flavour = self._admin_call("identify", identify)
+        self.admin: AdminHandle[pymongo.MongoClient] = AdminHandle(
+            connect=self._connect,
+            disconnect=close_client,
+            errors=(px.PyMongoError,),
+            map_error=lambda exc, action: map_error(exc, action, self.where),
+        )
+        self.flavour: Flavour = self.admin.call("identify", identify)
         self.origin = origin or f"given URI {self.target.masked} ({self.flavour.label})"
         self.version = self.flavour.label
         #: SecantusDB drains ~20 tasks/s with 16 claimers on 2 cores: too slow for the
@@ -69,11 +65,8 @@ class MongoServer(Server):
         #: and its 4-process claim race (1,200 tasks) needs up to ~60 s on 2 shared cores
         self.race_time_factor = 4.0 if self.flavour.secantus else 1.0
 
-    def _admin(self) -> pymongo.MongoClient:
-        """The server's own client (re-opened if inherited through fork)."""
-        client = self._client
-        if client is not None and self._pid == os.getpid():
-            return client
+    def _connect(self) -> pymongo.MongoClient:
+        """A new admin client that answered ``ping``."""
         client = open_client(self.target, ADMIN_APP_NAME)
         try:
             client.admin.command("ping")
@@ -83,29 +76,21 @@ class MongoServer(Server):
                 f"mongo server at {self.target.masked} does not answer: "
                 f"{str(exc).strip()[:300] or type(exc).__name__}"
             ) from None
-        self._client, self._pid = client, os.getpid()
         return client
 
-    def _admin_call(self, action: str, fn: Callable[[Any], T]) -> T:
-        with self._lock:
-            client = self._admin()
-            try:
-                return fn(client)
-            except px.PyMongoError as exc:
-                raise map_error(exc, action, self.where) from exc
+    def forget_connections(self) -> None:
+        self.admin.forget()
 
     def create_namespace(self) -> str:
         namespace = NAMESPACE_PREFIX + secrets.token_hex(6)
-        self._admin_call("create_namespace", lambda c: schema.ensure(c[namespace]))
-        with self._lock:
-            self._created.add(namespace)
+        self.admin.call("create_namespace", lambda c: schema.ensure(c[namespace]))
+        self.admin.created(namespace)
         return namespace
 
     def drop_namespace(self, namespace: str) -> None:
         namespace_name(namespace)
-        self._admin_call("drop_namespace", lambda c: c.drop_database(namespace))
-        with self._lock:
-            self._created.discard(namespace)
+        self.admin.call("drop_namespace", lambda c: c.drop_database(namespace))
+        self.admin.dropped(namespace)
 
     def dsn_via(self, host: str, port: int) -> str:
         """The URI through ``host:port`` with ``directConnection=true``: without it, the
@@ -118,22 +103,7 @@ class MongoServer(Server):
         query.append(("directConnection", "true"))
         return urlunsplit(url._replace(query=urlencode(query)))
 
-    def _forget_admin_client(self) -> None:
-        """The admin client's connections died with the server: reopen on next use."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None and self._pid == os.getpid():
-            with contextlib.suppress(Exception):
-                close_client(client)
-
     def close(self) -> None:
         """Drop the namespaces this object created that are still there; close the admin
         client; the server keeps running."""
-        with self._lock:
-            leftover, self._created = sorted(self._created), set()
-        for namespace in leftover:
-            try:
-                self.drop_namespace(namespace)
-            except BackendUnavailable:
-                break
-        self._forget_admin_client()
+        self.admin.close(self.drop_namespace)

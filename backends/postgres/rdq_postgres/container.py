@@ -37,13 +37,12 @@ from rdq_compliance.provision.backend import (
     RESTART_SERVER,
     ProvisionRequest,
 )
-from rdq_compliance.provision.container_server import ContainerFaults
+from rdq_compliance.provision.container_server import ContainerFaults, start_container_server
 from rdq_compliance.provision.containers import docker_unavailable_reason
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
     KitContainer,
     check_network_mode,
-    start_kit_container,
 )
 from rdq_postgres.options import (
     CONTAINER_OPTIONS,
@@ -88,9 +87,6 @@ class ContainerPostgresServer(ContainerFaults, PostgresServer):
         self.hold_container(container)
         self._timeout = timeout
 
-    def forget_connections(self) -> None:
-        self._forget_admin_connection()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.dsn, self._timeout)
 
@@ -122,11 +118,10 @@ def start_container(request: ProvisionRequest) -> ContainerPostgresServer:
             "POSTGRES_DB": _DATABASE,
         },
     )
-    container = start_kit_container(spec)
-    dsn = f"postgresql://{_USER}:{password}@127.0.0.1:{container.host_port}/{_DATABASE}"
-    try:
+
+    def serve(container: KitContainer) -> ContainerPostgresServer:
+        dsn = f"postgresql://{_USER}:{password}@127.0.0.1:{container.host_port}/{_DATABASE}"
         _wait_ready(container, dsn, timeout)
         return ContainerPostgresServer(container, dsn, timeout)
-    except BaseException:
-        container.remove()
-        raise
+
+    return start_container_server(spec, serve)

@@ -35,19 +35,21 @@ by the kit's shared parser, all checked before anything is started):
 ``pg_max_connections`` ``max_connections`` of the server (200)
 ``pg_start_timeout``   seconds to wait for the server to accept connections (60)
 
-Plugin half: built from :mod:`rdq_compliance.provision` (managed processes, free ports,
-binary search, the server user) on :class:`rdq_postgres.server.PostgresServer`.
+Plugin half: built from :mod:`rdq_compliance.provision` on
+:class:`rdq_postgres.server.PostgresServer`: the server process is a
+:class:`LocalPostgresNode` (a ``ProcessSlot``: what it runs, how it is probed), its faults
+and close come from ``LocalFaults``; what only PostgreSQL needs is here (``initdb``, the
+database, the shared memory a SIGKILLed postmaster leaves behind).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -61,7 +63,8 @@ from rdq_compliance.provision.backend import (
     ProvisionUnavailable,
 )
 from rdq_compliance.provision.binaries import BinaryNotFound, find_binaries
-from rdq_compliance.provision.options import Paths
+from rdq_compliance.provision.local_server import LocalFaults, ProcessSlot, start_rung
+from rdq_compliance.provision.options import OptionValues, Paths
 from rdq_compliance.provision.ports import free_port
 from rdq_compliance.provision.process import (
     ManagedProcess,
@@ -79,6 +82,20 @@ from rdq_postgres.options import (
     PG_USER,
 )
 from rdq_postgres.server import PostgresServer
+
+__all__ = [
+    "DATABASE",
+    "PG_SEARCH_DIRS",
+    "SUPERUSER",
+    "LocalPostgresNode",
+    "LocalPostgresServer",
+    "dsn_for",
+    "find_postgres",
+    "new_node",
+    "postgres_binaries",
+    "postgres_env",
+    "start_local_server",
+]
 
 #: Where PostgreSQL is usually installed, searched after ``PATH`` (globs: newest first).
 PG_SEARCH_DIRS: tuple[str, ...] = (
@@ -107,10 +124,11 @@ def find_postgres(options: Mapping[str, str]) -> dict[str, Path]:
 
     Searches the folders of ``pg_bin_dir`` if given, else ``PATH`` and the usual folders.
     """
-    return _find_binaries(PG_BIN_DIR.read(options))
+    return postgres_binaries(PG_BIN_DIR.read(options))
 
 
-def _find_binaries(bin_dirs: Paths | None) -> dict[str, Path]:
+def postgres_binaries(bin_dirs: Paths | None) -> dict[str, Path]:
+    """:func:`find_postgres` for a parsed ``pg_bin_dir`` (``None``: not given)."""
     if bin_dirs is not None:
         dirs, use_path = list(bin_dirs), False
         hint = "as given by --rdq-option pg_bin_dir"
@@ -132,7 +150,7 @@ def _server_user(name: str = DEFAULT_OS_USER) -> RunAs | None:
     return server_user(name, server="PostgreSQL", option="pg_user")
 
 
-def _server_env(user: RunAs | None) -> dict[str, str]:
+def postgres_env(user: RunAs | None) -> dict[str, str]:
     """Our environment without ``PG*`` variables (they would redirect the tools)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env.setdefault("LC_ALL", "C")
@@ -142,7 +160,7 @@ def _server_env(user: RunAs | None) -> dict[str, str]:
 
 
 @dataclass
-class LocalCluster:
+class LocalPostgresNode(ProcessSlot):
     """One PostgreSQL data directory and the server process running on it (if any)."""
 
     binaries: Mapping[str, Path]
@@ -158,6 +176,8 @@ class LocalCluster:
     #: further paths the watchdog removes if the kit dies (a replicated pair's folder)
     watchdog_cleanup: tuple[Path, ...] = ()
     process: ManagedProcess | None = field(default=None, repr=False)
+
+    stop_signal = signal.SIGINT  # "fast" shutdown: disconnect clients, checkpoint
 
     @property
     def datadir(self) -> Path:
@@ -202,7 +222,7 @@ class LocalCluster:
             argv,
             log_path=self.base / "initdb.log",
             cwd=self.base,
-            env=_server_env(self.user),
+            env=postgres_env(self.user),
             user=self.user,
             cleanup_paths=self._cleanup_paths(),
             timeout=120.0,
@@ -240,59 +260,35 @@ class LocalCluster:
         ):
             return True
 
-    def start(self) -> None:
-        """Start the server and wait until it accepts connections (crash recovery included)."""
+    def launch_options(self) -> dict[str, Any]:
+        return {
+            "cwd": self.base,
+            "env": postgres_env(self.user),
+            "user": self.user,
+            "cleanup_paths": [*self._cleanup_paths(), *self.watchdog_cleanup],
+        }
+
+    def prepare(self) -> None:
         if self.socket_dir is not None:
             self.socket_dir.mkdir(mode=0o700, exist_ok=True)
             if self.user is not None:
                 os.chown(self.socket_dir, self.user.uid, self.user.gid)
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        process = ManagedProcess(
-            self.argv(),
-            log_path=self.log_path,
-            cwd=self.base,
-            env=_server_env(self.user),
-            user=self.user,
-            stop_signal=signal.SIGINT,  # "fast" shutdown: disconnect clients, checkpoint
-            grace=10.0,
-            cleanup_paths=[*self._cleanup_paths(), *self.watchdog_cleanup],
-        )
-        process.start()
-        self.process = process
+
+    def free_shared_memory(self) -> None:
+        """Stop a SIGKILLed postmaster and free what it left: its shared memory (a SysV
+        segment and files in ``/dev/shm``), which only PostgreSQL knows to be its own. A
+        start on the same data directory (on a spare free port) reclaims it and a fast
+        shutdown frees it. Best effort: the data directory is deleted anyway."""
+        self.stop()
+        port = self.port
         try:
-            process.wait_ready(self.probe, self.start_timeout, what=f"postgres on port {self.port}")
-        except ProcessFailed as exc:
-            process.stop(grace=2.0)
-            self.process = None
-            if "Address already in use" in self._log_since(offset):
-                raise PortInUse(self.port) from exc
-            raise
-
-    def _log_since(self, offset: int) -> str:
-        try:
-            with self.log_path.open("rb") as fh:
-                fh.seek(offset)
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def kill(self) -> None:
-        """SIGKILL the postmaster's whole process group (its backends included)."""
-        if self.process is not None:
-            self.process.kill()
-
-    def stop(self) -> None:
-        """Fast shutdown (SIGINT), SIGKILL after the grace period; idempotent."""
-        process, self.process = self.process, None
-        if process is not None:
-            process.stop()
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.running
-
-    def pids(self) -> list[int]:
-        return self.process.pids() if self.process is not None else []
+            self.port = free_port()
+            self.start()
+        except (ProcessFailed, OSError):
+            pass
+        finally:
+            self.port = port
+        self.stop()
 
     def remove(self) -> None:
         """Delete the data directory and everything else we created under ``base``."""
@@ -300,26 +296,15 @@ class LocalCluster:
             remove_tree(path)
 
 
-class PortInUse(ProcessFailed):
-    """Someone took the free port before the server bound it."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(f"port {port} on 127.0.0.1 was taken before postgres could bind it")
-        self.port = port
-
-
-def _prepare_base(workdir: Path, user: RunAs | None) -> tuple[Path, bool]:
-    """The folder the cluster lives in, given to ``user``; ``(path, created_privately)``."""
-    return server_base(workdir, user, prefix="rdq-pg-")
-
-
-def create_cluster(request: ProvisionRequest) -> LocalCluster:
-    """Find the binaries, initdb, start the server on a free port, create the database."""
-    options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
-    binaries = _find_binaries(options[PG_BIN_DIR])
+def new_node(
+    options: OptionValues, binaries: Mapping[str, Path], workdir: Path
+) -> LocalPostgresNode:
+    """A node (not started) for the rung's parsed ``options``: run as ``pg_user`` when we
+    are root, in a folder under ``workdir`` that user can reach (or one of its own,
+    ``private_base``, removed with it)."""
     user = _server_user(options[PG_USER])
-    base, private = _prepare_base(Path(request.workdir), user)
-    cluster = LocalCluster(
+    base, private = server_base(workdir, user, prefix="rdq-pg-")
+    return LocalPostgresNode(
         binaries=binaries,
         base=base,
         port=0,
@@ -328,45 +313,19 @@ def create_cluster(request: ProvisionRequest) -> LocalCluster:
         start_timeout=options[PG_START_TIMEOUT],
         private_base=private,
     )
-    try:
-        try:
-            cluster.initdb()
-        except ProcessFailed as exc:
-            raise ProvisionUnavailable(
-                f"initdb ({binaries['initdb']}) failed in {cluster.datadir}: {exc}"
-            ) from exc
-        for attempt in range(5):
-            cluster.port = free_port()
-            try:
-                cluster.start()
-                break
-            except PortInUse:
-                if attempt == 4:
-                    raise
-        with psycopg.connect(
-            host="127.0.0.1",
-            port=cluster.port,
-            user=SUPERUSER,
-            dbname="postgres",
-            autocommit=True,
-            connect_timeout=5,
-        ) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
-    except ProvisionUnavailable:
-        cluster.stop()
-        cluster.remove()
-        raise
-    except (ProcessFailed, psycopg.Error, OSError) as exc:
-        cluster.stop()
-        cluster.remove()
-        raise ProvisionUnavailable(
-            f"the local PostgreSQL server ({cluster.bindir}) did not start: {exc}"
-        ) from exc
-    except BaseException:
-        cluster.stop()
-        cluster.remove()
-        raise
-    return cluster
+
+
+def create_database(port: int) -> None:
+    """``CREATE DATABASE`` :data:`DATABASE` on the fresh server at ``port``."""
+    with psycopg.connect(
+        host="127.0.0.1",
+        port=port,
+        user=SUPERUSER,
+        dbname="postgres",
+        autocommit=True,
+        connect_timeout=5,
+    ) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
 
 
 def dsn_for(port: int) -> str:
@@ -376,7 +335,7 @@ def dsn_for(port: int) -> str:
 # ---- the server -------------------------------------------------------------------------
 
 
-class LocalPostgresServer(PostgresServer):
+class LocalPostgresServer(LocalFaults, PostgresServer):
     """A private PostgreSQL server the kit started from local binaries.
 
     Namespaces, ``cut_connections`` and the DSN work as on a given server; in addition the
@@ -389,97 +348,45 @@ class LocalPostgresServer(PostgresServer):
     """
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
+    start_errors = (ProcessFailed, psycopg.Error, OSError)
 
-    def __init__(self, cluster: LocalCluster) -> None:
-        binary = cluster.binaries["postgres"]
+    def __init__(self, node: LocalPostgresNode) -> None:
+        binary = node.binaries["postgres"]
         real = Path(os.path.realpath(binary))
         shown = f"{binary} (-> {real})" if real != binary else str(binary)
-        origin = f"local binary {shown} on 127.0.0.1:{cluster.port}"
-        super().__init__(dsn_for(cluster.port), origin=origin)
-        self.cluster = cluster
-        self._state_lock = threading.Lock()
-        self._killed = False
-        self._closed = False
+        origin = f"local binary {shown} on 127.0.0.1:{node.port}"
+        super().__init__(dsn_for(node.port), origin=origin)
+        #: the server process (of a replicated pair: the current primary)
+        self.node = node
+        self.hold_processes()
 
-    def kill(self) -> None:
-        """SIGKILL the server (postmaster and backends); it stays down until :meth:`restart`."""
-        with self._state_lock:
-            self._check_open()
-            self.cluster.kill()
-            self._killed = True
-            self._forget_admin_connection()
+    def process_slots(self) -> Sequence[LocalPostgresNode]:
+        return [self.node]
 
-    def restart(self) -> None:
-        """Start the server again on the same port and data (a clean stop first if it runs)."""
-        with self._state_lock:
-            self._check_open()
-            self.cluster.stop()  # a clean stop if running; releases the old watchdog
-            self._forget_admin_connection()
-            try:
-                self.cluster.start()
-            except ProcessFailed as exc:
-                raise ProvisionUnavailable(f"could not restart {self.origin}: {exc}") from exc
-            self._killed = False
-
-    def pause(self) -> None:
-        """SIGSTOP the postmaster and every backend: connections stay open, nothing answers."""
-        with self._state_lock:
-            self._check_open()
-            if self.cluster.process is not None and self.cluster.running:
-                self.cluster.process.pause()
-
-    def resume(self) -> None:
-        """SIGCONT what :meth:`pause` stopped (a no-op on a server that is not paused)."""
-        with self._state_lock:
-            self._check_open()
-            if self.cluster.process is not None:
-                self.cluster.process.resume()
-
-    def pids(self) -> list[int]:
-        return self.cluster.pids()
-
-    def close(self) -> None:
-        """Stop the server and delete its data directory; idempotent, fine after kill."""
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self.cluster.process is not None and self.cluster.process.paused:
-                self.cluster.process.resume()  # so that leftover namespaces can be dropped
-            if not self._killed:
-                with contextlib.suppress(Exception):
-                    super().close()  # drop leftover namespaces, close the admin connection
-            self._forget_admin_connection()
-            if self._killed:
-                self._tidy_after_kill()
-            self.cluster.stop()
-            self.cluster.remove()
-
-    def _tidy_after_kill(self) -> None:
-        """A SIGKILLed postmaster leaves its shared memory behind (a SysV segment and files
-        in ``/dev/shm``) and only PostgreSQL knows which are its own: a start on the same
-        data directory (on any free port) reclaims them and a fast shutdown frees them."""
-        self.cluster.stop()
-        port = self.cluster.port
-        try:
-            self.cluster.port = free_port()
-            self.cluster.start()
-        except (ProcessFailed, OSError):
-            pass  # best effort: the data directory is deleted anyway
-        finally:
-            self.cluster.port = port
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ProvisionUnavailable(f"{self.origin} was closed")
+    def tidy_after_kill(self) -> None:
+        self.node.free_shared_memory()
 
 
 def start_local_server(request: ProvisionRequest) -> LocalPostgresServer:
-    """Rung 2 of the ladder (see the module docstring)."""
-    cluster = create_cluster(request)
-    try:
-        return LocalPostgresServer(cluster)
-    except BaseException:
-        cluster.stop()
-        cluster.remove()
-        raise
+    """Rung 2 of the ladder: find the binaries, ``initdb``, start the server on a free
+    port, create the database (see the module docstring)."""
+    options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
+    binaries = postgres_binaries(options[PG_BIN_DIR])
+    node = new_node(options, binaries, Path(request.workdir))
+
+    def start() -> None:
+        try:
+            node.initdb()
+        except ProcessFailed as exc:
+            raise ProvisionUnavailable(
+                f"initdb ({binaries['initdb']}) failed in {node.datadir}: {exc}"
+            ) from exc
+        node.start_on_free_port()
+        create_database(node.port)
+
+    return start_rung(
+        node,
+        start,
+        LocalPostgresServer,
+        failure=f"the local PostgreSQL server ({node.bindir}) did not start",
+    )

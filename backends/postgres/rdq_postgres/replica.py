@@ -33,7 +33,8 @@ replays all it received, then takes writes), a fresh replica of it made
 (``pg_basebackup``), and the clients' forwarder switched to the new primary, which
 closes every connection to the old one: the workers' storage reconnects. The old
 primary is started once more on a spare port and stopped cleanly, so that it frees its
-shared memory (as :meth:`LocalPostgresServer.close` does after a kill), and deleted.
+shared memory (:meth:`~rdq_postgres.local.LocalPostgresNode.free_shared_memory`, as
+:meth:`LocalPostgresServer.close` does after a kill), and deleted.
 """
 
 from __future__ import annotations
@@ -46,25 +47,21 @@ import psycopg
 
 from rdq_compliance.provision.backend import FAILOVER, ProvisionRequest, ProvisionUnavailable
 from rdq_compliance.provision.forwarder import Forwarder
-from rdq_compliance.provision.ports import free_port
-from rdq_compliance.provision.process import ProcessFailed, remove_tree, run_to_completion
+from rdq_compliance.provision.local_server import start_rung
+from rdq_compliance.provision.process import remove_tree, run_to_completion
 from rdq_postgres.local import (
     DATABASE,
     SUPERUSER,
-    LocalCluster,
+    LocalPostgresNode,
     LocalPostgresServer,
-    _find_binaries,
-    _prepare_base,
-    _server_env,
-    _server_user,
     dsn_for,
+    new_node,
+    postgres_binaries,
+    postgres_env,
 )
 from rdq_postgres.options import (
     LOCAL_OPTIONS,
     PG_BIN_DIR,
-    PG_MAX_CONNECTIONS,
-    PG_START_TIMEOUT,
-    PG_USER,
     replica_mode,
 )
 
@@ -80,19 +77,24 @@ PROMOTE_TIMEOUT = 30
 
 
 class ReplicatedPostgres:
-    """The primary and its replica (each a :class:`LocalCluster` in a folder of its own)
-    and the forwarders: the clients' and the replication link."""
+    """The primary and its replica (each a :class:`LocalPostgresNode` in a folder of its
+    own) and the forwarders: the clients' and the replication link."""
 
     def __init__(
-        self, template: LocalCluster, root: Path, private_root: bool, mode: str, basebackup: Path
+        self,
+        template: LocalPostgresNode,
+        root: Path,
+        private_root: bool,
+        mode: str,
+        basebackup: Path,
     ) -> None:
         self.template = template
         self.basebackup = basebackup
         self.root = root
         self.private_root = private_root
         self.mode = mode
-        self.primary: LocalCluster | None = None
-        self.replica: LocalCluster | None = None
+        self.primary: LocalPostgresNode | None = None
+        self.replica: LocalPostgresNode | None = None
         self.forwarder: Forwarder | None = None
         self.link: Forwarder | None = None
         self._next = 0
@@ -101,7 +103,7 @@ class ReplicatedPostgres:
     def settings(self) -> tuple[str, ...]:
         return REPLICATION_SETTINGS + (SYNC_SETTINGS if self.mode == "sync" else ())
 
-    def _node(self) -> LocalCluster:
+    def _node(self) -> LocalPostgresNode:
         folder = self.root / f"node-{self._next}"
         self._next += 1
         remove_tree(folder)
@@ -110,7 +112,7 @@ class ReplicatedPostgres:
         if user is not None:
             os.chown(folder, user.uid, user.gid)
         watchdog = (self.root,) if self.private_root else ()
-        return LocalCluster(
+        return LocalPostgresNode(
             binaries=self.template.binaries,
             base=folder,
             port=0,
@@ -127,7 +129,7 @@ class ReplicatedPostgres:
         primary = self._node()
         self.primary = primary
         primary.initdb()
-        _start_on_free_port(primary)
+        primary.start_on_free_port()
         with _connect(primary.port, "postgres") as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
         self._add_replica()
@@ -147,12 +149,12 @@ class ReplicatedPostgres:
             ],
             log_path=replica.base / "basebackup.log",
             cwd=replica.base,
-            env=_server_env(replica.user),
+            env=postgres_env(replica.user),
             user=replica.user,
             cleanup_paths=[replica.base],
             timeout=120.0,
         )
-        _start_on_free_port(replica)
+        replica.start_on_free_port()
         self.wait_streaming("async")
         if self.mode == "sync":
             with _connect(self.primary.port, "postgres") as conn:
@@ -167,9 +169,7 @@ class ReplicatedPostgres:
 
         def streaming() -> bool:
             with _connect(port, "postgres") as conn:
-                rows = conn.execute(
-                    "SELECT state, sync_state FROM pg_stat_replication"
-                ).fetchall()
+                rows = conn.execute("SELECT state, sync_state FROM pg_stat_replication").fetchall()
             return any(state == "streaming" and sync == want for state, sync in rows)
 
         self.primary.process.wait_ready(
@@ -185,9 +185,7 @@ class ReplicatedPostgres:
         old.kill()
         link.close()  # what it held is lost with the primary
         with _connect(promoted.port, "postgres") as conn:
-            row = conn.execute(
-                "SELECT pg_promote(true, %s)", (PROMOTE_TIMEOUT,)
-            ).fetchone()
+            row = conn.execute("SELECT pg_promote(true, %s)", (PROMOTE_TIMEOUT,)).fetchone()
         if not row or not row[0]:
             raise ProvisionUnavailable(
                 f"pg_promote() on 127.0.0.1:{promoted.port} did not finish within "
@@ -197,10 +195,11 @@ class ReplicatedPostgres:
         self._add_replica()
         assert self.forwarder is not None and self.replica is not None
         self.forwarder.switch(("127.0.0.1", promoted.port))
-        _discard(old)
+        old.free_shared_memory()
+        old.remove()
         return f"postgres 127.0.0.1:{promoted.port} (new replica 127.0.0.1:{self.replica.port})"
 
-    def nodes(self) -> list[LocalCluster]:
+    def nodes(self) -> list[LocalPostgresNode]:
         return [n for n in (self.primary, self.replica) if n is not None]
 
     def close(self) -> None:
@@ -209,10 +208,11 @@ class ReplicatedPostgres:
             if forwarder is not None:
                 forwarder.close()
         for node in self.nodes():
-            node.stop()
-            node.remove()
+            node.discard()
         if self.private_root:
             remove_tree(self.root)
+
+    discard = close
 
 
 def _basebackup_beside(postgres: Path) -> Path | None:
@@ -233,29 +233,6 @@ def _connect(port: int, dbname: str) -> psycopg.Connection:
         autocommit=True,
         connect_timeout=5,
     )
-
-
-def _start_on_free_port(node: LocalCluster, attempts: int = 5) -> None:
-    for attempt in range(attempts):
-        node.port = free_port()
-        try:
-            node.start()
-            return
-        except ProcessFailed:
-            if attempt == attempts - 1:
-                raise
-
-
-def _discard(node: LocalCluster) -> None:
-    """Stop a SIGKILLed node, let it free its shared memory (a start and a clean stop,
-    on a spare port), delete it."""
-    node.stop()
-    try:
-        _start_on_free_port(node, attempts=1)
-    except (ProcessFailed, OSError):
-        pass  # best effort: the folder is deleted anyway
-    node.stop()
-    node.remove()
 
 
 class ReplicatedPostgresServer(LocalPostgresServer):
@@ -282,57 +259,35 @@ class ReplicatedPostgresServer(LocalPostgresServer):
         )
 
     def failover(self, replica_lag: float = 0.0) -> str:
-        with self._state_lock:
-            self._check_open()
-            self._forget_admin_connection()
-            try:
-                promoted = self.pair.failover(replica_lag)
-            except (ProcessFailed, psycopg.Error, OSError) as exc:
-                raise ProvisionUnavailable(f"failover of {self.origin} failed: {exc}") from exc
+        with self.faulting("failover of {origin} failed"):
+            promoted = self.pair.failover(replica_lag)
             assert self.pair.primary is not None
-            self.cluster = self.pair.primary
-            self._killed = False
-            return promoted
+            self.node = self.pair.primary
+        return promoted
 
     def pids(self) -> list[int]:
         return sorted(pid for node in self.pair.nodes() for pid in node.pids())
 
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self.pair.close()
+    def remove_data(self) -> None:
+        self.pair.close()  # every node (the primary was stopped), the forwarders, the root
 
 
 def start_replicated_server(request: ProvisionRequest) -> ReplicatedPostgresServer:
     """Rung 2 with ``pg_replica=async|sync`` (see the module docstring)."""
     options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
     mode = replica_mode(options)
-    binaries = _find_binaries(options[PG_BIN_DIR])
+    binaries = postgres_binaries(options[PG_BIN_DIR])
     basebackup = _basebackup_beside(binaries["postgres"])
     if basebackup is None:
         raise ProvisionUnavailable(
             f"pg_replica={mode} needs pg_basebackup beside {binaries['postgres']} (or the "
             "file it links to); install the PostgreSQL client tools of the same version"
         )
-    user = _server_user(options[PG_USER])
-    root, private = _prepare_base(Path(request.workdir), user)
-    template = LocalCluster(
-        binaries=binaries,
-        base=root,
-        port=0,
-        user=user,
-        max_connections=options[PG_MAX_CONNECTIONS],
-        start_timeout=options[PG_START_TIMEOUT],
+    template = new_node(options, binaries, Path(request.workdir))  # its base: the pair's root
+    pair = ReplicatedPostgres(template, template.base, template.private_base, mode, basebackup)
+    return start_rung(
+        pair,
+        pair.create,
+        ReplicatedPostgresServer,
+        failure=f"the local replicated PostgreSQL ({binaries['postgres']}) did not start",
     )
-    pair = ReplicatedPostgres(template, root, private, mode, basebackup)
-    try:
-        pair.create()
-        return ReplicatedPostgresServer(pair)
-    except BaseException as exc:
-        pair.close()
-        if isinstance(exc, (ProcessFailed, psycopg.Error, OSError)):
-            raise ProvisionUnavailable(
-                f"the local replicated PostgreSQL ({binaries['postgres']}) did not start: {exc}"
-            ) from exc
-        raise

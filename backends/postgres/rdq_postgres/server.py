@@ -15,24 +15,17 @@ this module.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
-from collections.abc import Callable
-from typing import TypeVar
-
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
 from rdq_core.errors import BackendUnavailable
 from rdq_postgres import schema
 from rdq_postgres.connection import CONNECT_TIMEOUT_S, default_application_name
 from rdq_postgres.errors import map_error, mask_dsn
 from rdq_postgres.stock import NamespaceStock, new_namespace_name
-
-T = TypeVar("T")
 
 #: Oldest server supported (``gen_random_uuid()`` is built in from 13).
 MIN_SERVER_VERSION = 130000
@@ -67,11 +60,15 @@ class PostgresServer(Server):
         self.dsn = dsn
         self.drop_lock_timeout = drop_lock_timeout
         self.origin = origin or f"given DSN {mask_dsn(dsn)}"
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection | None = None
-        self._pid = os.getpid()
-        self._created: set[str] = set()
-        self.server_version = self._admin().info.server_version
+        self.admin: AdminHandle[psycopg.Connection] = AdminHandle(
+            connect=self._connect,
+            disconnect=lambda conn: conn.close(),
+            errors=(psycopg.Error,),
+            map_error=lambda exc, action: map_error(exc, action, f"postgres {self._where}"),
+            usable=lambda conn: not conn.closed,
+            lost=lambda conn, exc: conn.broken or conn.closed,
+        )
+        self.server_version = self.admin.connection().info.server_version
         major, minor = divmod(self.server_version, 10000)
         self.version = f"PostgreSQL {major}.{minor}"
         if self.server_version < MIN_SERVER_VERSION:
@@ -81,11 +78,8 @@ class PostgresServer(Server):
             )
         self._stock = NamespaceStock(dsn, prefetch) if prefetch > 0 else None
 
-    def _admin(self) -> psycopg.Connection:
-        """The server's own autocommit connection (re-opened if lost or inherited)."""
-        conn = self._conn
-        if conn is not None and not conn.closed and self._pid == os.getpid():
-            return conn
+    def _connect(self) -> psycopg.Connection:
+        """A new autocommit admin connection that answered."""
         try:
             conn = psycopg.connect(
                 self.dsn,
@@ -99,37 +93,23 @@ class PostgresServer(Server):
                 f"postgres server at {mask_dsn(self.dsn)} does not answer: "
                 f"{str(exc).strip() or type(exc).__name__}"
             ) from None
-        self._conn, self._pid = conn, os.getpid()
         return conn
 
-    def _admin_call(self, action: str, fn: Callable[[psycopg.Connection], T]) -> T:
-        with self._lock:
-            conn = self._admin()
-            try:
-                return fn(conn)
-            except psycopg.Error as exc:
-                if conn.broken or conn.closed:
-                    self._conn = None
-                raise map_error(exc, action, f"postgres {mask_dsn(self.dsn)!r}") from exc
+    @property
+    def _where(self) -> str:
+        return repr(mask_dsn(self.dsn))  # the DSN as it is now (a replicated pair's moves)
 
-    def _forget_admin_connection(self) -> None:
-        """The admin connection died with the server (a kill, a restart of a server the
-        kit owns); the next admin call opens a new one."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+    def forget_connections(self) -> None:
+        self.admin.forget()
 
     def create_namespace(self) -> str:
         namespace = self._stock.take() if self._stock is not None else None
         if namespace is None:
             namespace = new_namespace_name()
-            self._admin_call(
+            self.admin.call(
                 "create_namespace", lambda conn: schema.create_namespace(conn, namespace)
             )
-        with self._lock:
-            self._created.add(namespace)
+        self.admin.created(namespace)
         return namespace
 
     def drop_namespace(self, namespace: str) -> None:
@@ -146,9 +126,8 @@ class PostgresServer(Server):
             finally:
                 conn.execute("RESET lock_timeout")
 
-        self._admin_call("drop_namespace", drop)
-        with self._lock:
-            self._created.discard(namespace)
+        self.admin.call("drop_namespace", drop)
+        self.admin.dropped(namespace)
 
     def _terminate(self, conn: psycopg.Connection, namespace: str) -> int:
         terminate = sql.SQL(
@@ -163,20 +142,10 @@ class PostgresServer(Server):
 
     def cut_connections(self, namespace: str) -> int:
         schema.schema_name(namespace)
-        return self._admin_call("cut_connections", lambda conn: self._terminate(conn, namespace))
+        return self.admin.call("cut_connections", lambda conn: self._terminate(conn, namespace))
 
     def close(self) -> None:
         """Drop the namespaces this object created (or prefetched) that are still there;
         close the admin connection; the server keeps running."""
         unused = self._stock.close() if self._stock is not None else []
-        with self._lock:
-            leftover, self._created = sorted(self._created), set()
-        for namespace in [*unused, *leftover]:
-            try:
-                self.drop_namespace(namespace)
-            except BackendUnavailable:
-                break
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None and self._pid == os.getpid():
-            conn.close()
+        self.admin.close(self.drop_namespace, also=unused)

@@ -42,12 +42,11 @@ from rdq_compliance.provision.backend import (
     ProvisionRequest,
     ProvisionUnavailable,
 )
-from rdq_compliance.provision.container_server import ContainerFaults
+from rdq_compliance.provision.container_server import ContainerFaults, start_container_server
 from rdq_compliance.provision.kit_container import (
     ContainerSpec,
     KitContainer,
     check_network_mode,
-    start_kit_container,
 )
 from rdq_redis.options import (
     CONTAINER_OPTIONS,
@@ -104,9 +103,6 @@ class ContainerRedisServer(ContainerFaults, RedisServer):
         self.hold_container(container)
         self._timeout = timeout
 
-    def forget_connections(self) -> None:
-        self._forget_admin_client()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.dsn, self._timeout)
 
@@ -129,11 +125,10 @@ def start_container(request: ProvisionRequest) -> ContainerRedisServer:
         data_path="/data",
         network=network,
     )
-    container = start_kit_container(spec)
-    dsn = f"redis://127.0.0.1:{container.host_port}/0"
-    try:
+
+    def serve(container: KitContainer) -> ContainerRedisServer:
+        dsn = f"redis://127.0.0.1:{container.host_port}/0"
         _wait_ready(container, dsn, timeout)
         return ContainerRedisServer(container, dsn, persistence, timeout)
-    except BaseException:
-        container.remove()
-        raise
+
+    return start_container_server(spec, serve)

@@ -41,16 +41,15 @@ before anything is started): ``redis_bin_dir``, ``redis_persistence``, ``redis_c
 ``redis_start_timeout``.
 
 Plugin half: built from :mod:`rdq_compliance.provision` on
-:class:`rdq_redis.server.RedisServer`.
+:class:`rdq_redis.server.RedisServer`: each ``redis-server`` is a :class:`LocalRedisNode`
+(a ``ProcessSlot``: what it runs, how it is probed), :class:`LocalRedis` holds the rung's
+nodes and makes a cluster of them, and the faults and close come from ``LocalFaults``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import signal
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,12 +67,12 @@ from rdq_compliance.provision.backend import (
     ProvisionUnavailable,
 )
 from rdq_compliance.provision.binaries import BinaryNotFound, find_binaries
+from rdq_compliance.provision.local_server import LocalFaults, ProcessSlot, start_rung
 from rdq_compliance.provision.options import Paths
 from rdq_compliance.provision.ports import free_port
 from rdq_compliance.provision.process import (
     ManagedProcess,
     ProcessFailed,
-    ProcessSlot,
     remove_tree,
     run_to_completion,
 )
@@ -89,11 +88,11 @@ from rdq_redis.server import ADMIN_CLIENT_NAME, RedisServer
 
 __all__ = [
     "REDIS_SEARCH_DIRS",
-    "LocalNode",
     "LocalRedis",
+    "LocalRedisNode",
     "LocalRedisServer",
-    "PortInUse",
     "find_redis",
+    "parse_info",
     "start_local_server",
 ]
 
@@ -107,8 +106,6 @@ REDIS_SEARCH_DIRS: tuple[str, ...] = (
     "/opt/local/bin",  # MacPorts
     "/snap/bin",
 )
-#: How many times a start is tried on fresh ports when one was taken meanwhile.
-PORT_ATTEMPTS = 5
 #: Seconds ``redis-cli --cluster create`` may take.
 CLUSTER_CREATE_TIMEOUT = 60.0
 #: ``cluster-node-timeout`` of a local cluster, in milliseconds.
@@ -136,16 +133,8 @@ def find_redis(bin_dirs: Paths | None, *, cluster: bool = False) -> dict[str, Pa
         ) from None
 
 
-class PortInUse(ProcessFailed):
-    """Someone took a free port before the server bound it."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(f"port {port} on 127.0.0.1 was taken before redis-server could bind it")
-        self.port = port
-
-
 @dataclass
-class LocalNode(ProcessSlot):
+class LocalRedisNode(ProcessSlot):
     """One ``redis-server`` process: its folder, ports and (while running) process."""
 
     binary: Path
@@ -154,6 +143,8 @@ class LocalNode(ProcessSlot):
     persistence: str
     start_timeout: float
     port: int = 0
+    #: a node of a cluster: it gets a cluster bus port (:attr:`bus_port`) of its own
+    cluster_node: bool = False
     #: the cluster bus port (a cluster node), else ``None``
     bus_port: int | None = None
     #: the port of the primary this node replicates (``--replicaof``), else ``None``
@@ -193,6 +184,11 @@ class LocalNode(ProcessSlot):
             argv += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         return [*argv, *self.extra_args]
 
+    def take_ports(self, port: int) -> None:
+        self.port = port
+        if self.cluster_node:
+            self.bus_port = free_port(besides={port})
+
     def client(self, timeout: float = 2.0) -> redis.Redis:
         """A plain client of this node (no retries: a probe's "not yet" must be quick)."""
         return redis.Redis(
@@ -212,38 +208,15 @@ class LocalNode(ProcessSlot):
         finally:
             client.close()
 
-    def start(self) -> None:
-        """Start the server and wait until it answers; ``PortInUse`` if a port was taken."""
-        self.datadir.mkdir(parents=True, exist_ok=True)
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        process = ManagedProcess(
-            self.argv(),
-            log_path=self.log_path,
-            cwd=self.datadir,
-            stop_signal=signal.SIGTERM,  # Redis's shutdown: flush the AOF (or save), exit
-            grace=10.0,
-            cleanup_paths=[self.datadir],
-        )
-        process.start()
-        self.process = process
+    def info(self, *command: str) -> dict[str, str]:
+        """The reply of an ``INFO``-like command (``CLUSTER INFO``, ``INFO replication``)
+        as a mapping."""
+        client = self.client()
         try:
-            process.wait_ready(
-                self.probe, self.start_timeout, what=f"redis-server on {self.address}"
-            )
-        except ProcessFailed as exc:
-            process.stop(grace=2.0)
-            self.process = None
-            if "Address already in use" in self._log_since(offset):
-                raise PortInUse(self.port) from exc
-            raise
-
-    def _log_since(self, offset: int) -> str:
-        try:
-            with self.log_path.open("rb") as fh:
-                fh.seek(offset)
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+            reply = client.execute_command(*command)
+        finally:
+            client.close()
+        return parse_info(reply) if isinstance(reply, (bytes, str)) else dict(reply)
 
 
 @dataclass
@@ -255,7 +228,7 @@ class LocalRedis:
     persistence: str
     start_timeout: float
     masters: int | None = None  # a cluster of this many masters, else one server
-    nodes: list[LocalNode] = field(default_factory=list)
+    nodes: list[LocalRedisNode] = field(default_factory=list)
 
     @property
     def cluster(self) -> bool:
@@ -270,30 +243,22 @@ class LocalRedis:
         them into a cluster if asked; wait until it is ready."""
         count = self.masters or 1
         self.nodes = [
-            LocalNode(
+            LocalRedisNode(
                 self.binaries["redis-server"],
                 self.workdir,
                 i,
                 self.persistence,
                 self.start_timeout,
+                cluster_node=self.cluster,
             )
             for i in range(count)
         ]
         for node in self.nodes:
             node.remove()  # nothing of an earlier run (a stale nodes.conf) may be reused
-            for attempt in range(PORT_ATTEMPTS):
-                node.port = free_port()
-                if self.cluster:
-                    node.bus_port = _other_free_port(node.port)
-                try:
-                    node.start()
-                    break
-                except PortInUse:
-                    if attempt == PORT_ATTEMPTS - 1:
-                        raise
+            node.start_on_free_port()
         if self.cluster:
             self._create_cluster()
-            self.wait_cluster_ok()
+            self.wait_ready()
 
     def _create_cluster(self) -> None:
         argv: list[str | os.PathLike[str]] = [
@@ -310,6 +275,11 @@ class LocalRedis:
             timeout=CLUSTER_CREATE_TIMEOUT,
         )
 
+    def wait_ready(self) -> None:
+        """After every node answers: a cluster until ``cluster_state:ok`` on every node."""
+        if self.cluster:
+            self.wait_cluster_ok()
+
     def wait_cluster_ok(self) -> None:
         """Until every node reports ``cluster_state:ok``, every slot assigned and every
         node known (a restarted cluster needs its bus to reconnect first)."""
@@ -317,14 +287,8 @@ class LocalRedis:
         for node in self.nodes:
             assert node.process is not None
 
-            def ok(node: LocalNode = node) -> bool:
-                client = node.client()
-                try:
-                    info = client.cluster("INFO")
-                finally:
-                    client.close()
-                if isinstance(info, (bytes, str)):
-                    info = _parse_info(info)
+            def ok(node: LocalRedisNode = node) -> bool:
+                info = node.info("CLUSTER INFO")
                 return (
                     str(info.get("cluster_state")) == "ok"
                     and int(info.get("cluster_slots_assigned", 0)) == _ALL_SLOTS
@@ -335,52 +299,20 @@ class LocalRedis:
                 ok, self.start_timeout, what=f"cluster node {node.address} (cluster_state:ok)"
             )
 
-    def start(self) -> None:
-        """Start every node again on its port and folder; wait until ready."""
-        for node in self.nodes:
-            if not node.running:
-                node.start()
-        if self.cluster:
-            self.wait_cluster_ok()
-
-    def kill(self) -> None:
-        for node in self.nodes:
-            node.kill()
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def pause(self) -> None:
-        for node in self.nodes:
-            node.pause()
-
-    def resume(self) -> None:
-        for node in self.nodes:
-            node.resume()
-
-    @property
-    def paused(self) -> bool:
-        return any(node.paused for node in self.nodes)
-
-    def pids(self) -> list[int]:
-        return sorted(pid for node in self.nodes for pid in node.pids())
-
     def remove(self) -> None:
         for node in self.nodes:
             node.remove()
         remove_tree(self.workdir / "redis-cluster-create.log")
 
-
-def _other_free_port(taken: int) -> int:
-    for _ in range(20):
-        port = free_port()
-        if port != taken:
-            return port
-    raise ProvisionUnavailable("no second free port on 127.0.0.1 for the cluster bus")
+    def discard(self) -> None:
+        """Stop every node and delete what they left."""
+        for node in self.nodes:
+            node.stop()
+        self.remove()
 
 
-def _parse_info(text: bytes | str) -> dict[str, str]:
+def parse_info(text: bytes | str) -> dict[str, str]:
+    """``INFO`` text as a mapping (redis-py parses it itself, except through some calls)."""
     raw = text.decode() if isinstance(text, bytes) else text
     out = {}
     for line in raw.splitlines():
@@ -390,35 +322,10 @@ def _parse_info(text: bytes | str) -> dict[str, str]:
     return out
 
 
-def create_local(request: ProvisionRequest) -> LocalRedis:
-    """Find the binaries, start the server (or cluster), wait until it is ready."""
-    options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
-    persistence = persistence_mode(options)
-    masters = cluster_size(options)
-    binaries = find_redis(options[REDIS_BIN_DIR], cluster=masters is not None)
-    workdir = Path(request.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    local = LocalRedis(
-        binaries, workdir, persistence, options[REDIS_START_TIMEOUT], masters=masters
-    )
-    try:
-        local.create()
-    except BaseException as exc:
-        local.stop()
-        local.remove()
-        if isinstance(exc, (ProcessFailed, redis.RedisError, OSError)):
-            what = f"cluster of {masters} masters" if masters else "server"
-            raise ProvisionUnavailable(
-                f"the local Redis {what} ({binaries['redis-server']}) did not start: {exc}"
-            ) from exc
-        raise
-    return local
-
-
 # ---- the server -------------------------------------------------------------------------
 
 
-class LocalRedisServer(RedisServer):
+class LocalRedisServer(LocalFaults, RedisServer):
     """A private Redis server (or cluster) the kit started from local binaries.
 
     Namespaces, ``cut_connections`` and the DSN work as on a given server; in addition the
@@ -426,6 +333,7 @@ class LocalRedisServer(RedisServer):
     """
 
     faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
+    start_errors = (ProcessFailed, redis.RedisError, OSError)
 
     def __init__(self, local: LocalRedis) -> None:
         binary = local.binaries["redis-server"]
@@ -439,77 +347,38 @@ class LocalRedisServer(RedisServer):
         origin = f"local binary {shown}, {kind} (persistence {local.persistence}: {flags})"
         super().__init__(local.dsn, origin=origin)
         self.local = local
-        self._state_lock = threading.Lock()
-        self._killed = False
-        self._closed = False
+        self.hold_processes()
 
     @property
-    def nodes(self) -> Sequence[LocalNode]:
+    def nodes(self) -> Sequence[LocalRedisNode]:
         return self.local.nodes
 
-    def kill(self) -> None:
-        """SIGKILL the server (every node); it stays down until :meth:`restart`."""
-        with self._state_lock:
-            self._check_open()
-            self.local.kill()
-            self._killed = True
-            self._forget_admin_client()
+    def process_slots(self) -> Sequence[LocalRedisNode]:
+        return self.local.nodes
 
-    def restart(self) -> None:
-        """Start the server again on the same ports and data (a clean stop first if it
-        runs); for a cluster, until ``cluster_state:ok`` on every node."""
-        with self._state_lock:
-            self._check_open()
-            self.local.stop()  # a clean stop of what runs (paused or not); releases watchdogs
-            self._forget_admin_client()
-            try:
-                self.local.start()
-            except (ProcessFailed, redis.RedisError, OSError) as exc:
-                raise ProvisionUnavailable(f"could not restart {self.origin}: {exc}") from exc
-            self._killed = False
+    def wait_ready(self) -> None:
+        self.local.wait_ready()  # a cluster: cluster_state:ok on every node
 
-    def pause(self) -> None:
-        """SIGSTOP every node: connections stay open, nothing answers until :meth:`resume`."""
-        with self._state_lock:
-            self._check_open()
-            self.local.pause()
-
-    def resume(self) -> None:
-        """SIGCONT what :meth:`pause` stopped (a no-op on a server that is not paused)."""
-        with self._state_lock:
-            self._check_open()
-            self.local.resume()
-
-    def pids(self) -> list[int]:
-        return self.local.pids()
-
-    def close(self) -> None:
-        """Stop the server (every node) and delete its data; idempotent, fine after a kill
-        or a pause."""
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self.local.paused:
-                self.local.resume()  # so that leftover namespaces can be dropped
-            if not self._killed:
-                with contextlib.suppress(Exception):
-                    super().close()  # drop leftover namespaces, close the admin client
-            self._forget_admin_client()
-            self.local.stop()
-            self.local.remove()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ProvisionUnavailable(f"{self.origin} was closed")
+    def remove_data(self) -> None:
+        self.local.remove()
 
 
 def start_local_server(request: ProvisionRequest) -> LocalRedisServer:
-    """Rung 2 of the ladder (see the module docstring)."""
-    local = create_local(request)
-    try:
-        return LocalRedisServer(local)
-    except BaseException:
-        local.stop()
-        local.remove()
-        raise
+    """Rung 2 of the ladder: find the binaries, start the server (or cluster), wait until
+    it is ready (see the module docstring)."""
+    options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
+    persistence = persistence_mode(options)
+    masters = cluster_size(options)
+    binaries = find_redis(options[REDIS_BIN_DIR], cluster=masters is not None)
+    workdir = Path(request.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    local = LocalRedis(
+        binaries, workdir, persistence, options[REDIS_START_TIMEOUT], masters=masters
+    )
+    what = f"cluster of {masters} masters" if masters else "server"
+    return start_rung(
+        local,
+        local.create,
+        LocalRedisServer,
+        failure=f"the local Redis {what} ({binaries['redis-server']}) did not start",
+    )

@@ -2,7 +2,7 @@
 ``failover`` fault (plugin half).
 
 ``--rdq-option redis_replica=async`` starts two ``redis-server`` processes from the
-local binaries (each a :class:`~rdq_redis.local.LocalNode`: a
+local binaries (each a :class:`~rdq_redis.local.LocalRedisNode`: a
 :class:`~rdq_compliance.provision.process.ManagedProcess` that dies with the kit, its
 folder removed by the watchdog then) on free loopback ports: the primary, and a replica
 started with ``--replicaof`` (both with the persistence of ``redis_persistence`` and a
@@ -38,20 +38,14 @@ import shlex
 import time
 from pathlib import Path
 
-import redis
-
-from rdq_compliance.provision.backend import FAILOVER, ProvisionRequest, ProvisionUnavailable
+from rdq_compliance.provision.backend import FAILOVER, ProvisionRequest
 from rdq_compliance.provision.forwarder import Forwarder
-from rdq_compliance.provision.ports import free_port
-from rdq_compliance.provision.process import ProcessFailed
+from rdq_compliance.provision.local_server import start_rung
 from rdq_redis.connection import DEFAULT_WAIT_TIMEOUT_MS
 from rdq_redis.local import (
-    PORT_ATTEMPTS,
-    LocalNode,
     LocalRedis,
+    LocalRedisNode,
     LocalRedisServer,
-    PortInUse,
-    _parse_info,
     find_redis,
 )
 from rdq_redis.options import (
@@ -88,11 +82,11 @@ class ReplicatedRedis(LocalRedis):
         self._next_index = 0
 
     @property
-    def primary(self) -> LocalNode:
+    def primary(self) -> LocalRedisNode:
         return self.nodes[0]
 
     @property
-    def replica(self) -> LocalNode:
+    def replica(self) -> LocalRedisNode:
         return self.nodes[1]
 
     @property
@@ -103,8 +97,8 @@ class ReplicatedRedis(LocalRedis):
             dsn += f"?rdq_wait=1&rdq_wait_timeout={DEFAULT_WAIT_TIMEOUT_MS}"
         return dsn
 
-    def _new_node(self, replica_of: int | None) -> LocalNode:
-        node = LocalNode(
+    def _new_node(self, replica_of: int | None) -> LocalRedisNode:
+        node = LocalRedisNode(
             self.binaries["redis-server"],
             self.workdir,
             self._next_index,
@@ -115,14 +109,7 @@ class ReplicatedRedis(LocalRedis):
         )
         self._next_index += 1
         node.remove()  # nothing of an earlier run may be reused
-        for attempt in range(PORT_ATTEMPTS):
-            node.port = free_port()
-            try:
-                node.start()
-                break
-            except PortInUse:
-                if attempt == PORT_ATTEMPTS - 1:
-                    raise
+        node.start_on_free_port()
         return node
 
     def create(self) -> None:
@@ -137,22 +124,16 @@ class ReplicatedRedis(LocalRedis):
         self.nodes.append(self._new_node(self.link.port))
         self.wait_in_sync(self.replica)
 
-    def start(self) -> None:
-        super().start()
+    def wait_ready(self) -> None:
+        super().wait_ready()
         self.wait_in_sync(self.replica)
 
-    def wait_in_sync(self, node: LocalNode) -> None:
+    def wait_in_sync(self, node: LocalRedisNode) -> None:
         """Until ``node`` reports its link to the primary up and no sync in progress."""
         assert node.process is not None
 
         def linked() -> bool:
-            client = node.client()
-            try:
-                info = client.execute_command("INFO", "replication")
-            finally:
-                client.close()
-            if isinstance(info, (bytes, str)):
-                info = _parse_info(info)
+            info = node.info("INFO", "replication")
             return (
                 str(info.get("master_link_status")) == "up"
                 and str(info.get("master_sync_in_progress", "0")) == "0"
@@ -191,6 +172,11 @@ class ReplicatedRedis(LocalRedis):
             if forwarder is not None:
                 forwarder.close()
 
+    def discard(self) -> None:
+        """Close the forwarders, stop both nodes and delete what they left."""
+        self.close_forwarder()
+        super().discard()
+
 
 class ReplicatedRedisServer(LocalRedisServer):
     """The pair as a :class:`~rdq_compliance.provision.backend.Server`: every fault of the
@@ -216,17 +202,12 @@ class ReplicatedRedisServer(LocalRedisServer):
         )
 
     def failover(self, replica_lag: float = 0.0) -> str:
-        with self._state_lock:
-            self._check_open()
-            self._forget_admin_client()
-            try:
-                return self.replicated.failover(replica_lag)
-            except (ProcessFailed, redis.RedisError, OSError) as exc:
-                raise ProvisionUnavailable(f"failover of {self.origin} failed: {exc}") from exc
+        with self.faulting("failover of {origin} failed"):
+            return self.replicated.failover(replica_lag)
 
-    def close(self) -> None:
+    def remove_data(self) -> None:
         try:
-            super().close()
+            super().remove_data()
         finally:
             self.replicated.close_forwarder()
 
@@ -241,15 +222,9 @@ def start_replicated_server(request: ProvisionRequest) -> ReplicatedRedisServer:
     local = ReplicatedRedis(
         binaries, workdir, persistence_mode(options), options[REDIS_START_TIMEOUT], mode
     )
-    try:
-        local.create()
-        return ReplicatedRedisServer(local)
-    except BaseException as exc:
-        local.close_forwarder()
-        local.stop()
-        local.remove()
-        if isinstance(exc, (ProcessFailed, redis.RedisError, OSError)):
-            raise ProvisionUnavailable(
-                f"the local replicated Redis ({binaries['redis-server']}) did not start: {exc}"
-            ) from exc
-        raise
+    return start_rung(
+        local,
+        local.create,
+        ReplicatedRedisServer,
+        failure=f"the local replicated Redis ({binaries['redis-server']}) did not start",
+    )

@@ -18,23 +18,19 @@ this module.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import redis.exceptions as rx
 
+from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server, UnsupportedFault
 from rdq_core.errors import BackendUnavailable
-from rdq_redis import admin, keys
+from rdq_redis import admin as redis_admin
+from rdq_redis import keys
 from rdq_redis.connection import is_cluster, open_client, parse_dsn
 from rdq_redis.errors import map_error
 
 __all__ = ["ADMIN_CLIENT_NAME", "RedisServer"]
-
-T = TypeVar("T")
 
 #: The kit's own connections: no ``:``, so never the name of a namespace's connections.
 ADMIN_CLIENT_NAME = "rdq-admin"
@@ -50,21 +46,22 @@ class RedisServer(Server):
         self.dsn = dsn
         self.target = parse_dsn(dsn)
         self.where = f"redis {self.target.masked!r}"
-        self._lock = threading.Lock()
-        self._client: Any = None
-        self._pid = os.getpid()
-        self._created: set[str] = set()
-        client = self._admin()
+        self.admin: AdminHandle[Any] = AdminHandle(
+            connect=self._connect,
+            disconnect=lambda client: client.close(),
+            errors=(rx.RedisError, rx.RedisClusterException),
+            map_error=lambda exc, action: map_error(exc, action, self.where),
+        )
+        client = self.admin.connection()
         self.cluster = is_cluster(client)
-        kind = f"cluster of {len(admin.primaries(client))} masters" if self.cluster else "server"
-        self.version = self._admin_call("server_version", _redis_version)
+        kind = "server"
+        if self.cluster:
+            kind = f"cluster of {len(redis_admin.primaries(client))} masters"
+        self.version = self.admin.call("server_version", _redis_version)
         self.origin = origin or f"given DSN {self.target.masked} ({kind})"
 
-    def _admin(self) -> Any:
-        """The server's own client (re-opened if lost or inherited through fork)."""
-        client = self._client
-        if client is not None and self._pid == os.getpid():
-            return client
+    def _connect(self) -> Any:
+        """A new admin client that answered ``PING``."""
         try:
             client = open_client(self.target, ADMIN_CLIENT_NAME)
             client.ping()
@@ -73,33 +70,27 @@ class RedisServer(Server):
                 f"redis server at {self.target.masked} does not answer: "
                 f"{str(exc).strip() or type(exc).__name__}"
             ) from None
-        self._client, self._pid = client, os.getpid()
         return client
 
-    def _admin_call(self, action: str, fn: Callable[[Any], T]) -> T:
-        with self._lock:
-            client = self._admin()
-            try:
-                return fn(client)
-            except (rx.RedisError, rx.RedisClusterException) as exc:
-                raise map_error(exc, action, self.where) from exc
+    def forget_connections(self) -> None:
+        self.admin.forget()
 
     def create_namespace(self) -> str:
-        namespace = admin.new_namespace_name()
-        self._admin_call("create_namespace", lambda c: admin.create_namespace(c, namespace))
-        with self._lock:
-            self._created.add(namespace)
+        namespace = redis_admin.new_namespace_name()
+        self.admin.call("create_namespace", lambda c: redis_admin.create_namespace(c, namespace))
+        self.admin.created(namespace)
         return namespace
 
     def drop_namespace(self, namespace: str) -> None:
         keys.namespace_name(namespace)
-        self._admin_call("drop_namespace", lambda c: admin.drop_namespace(c, namespace))
-        with self._lock:
-            self._created.discard(namespace)
+        self.admin.call("drop_namespace", lambda c: redis_admin.drop_namespace(c, namespace))
+        self.admin.dropped(namespace)
 
     def cut_connections(self, namespace: str) -> int:
         keys.namespace_name(namespace)
-        return self._admin_call("cut_connections", lambda c: admin.cut_connections(c, namespace))
+        return self.admin.call(
+            "cut_connections", lambda c: redis_admin.cut_connections(c, namespace)
+        )
 
     def network_address(self) -> tuple[str, int]:
         if self.cluster:
@@ -109,31 +100,12 @@ class RedisServer(Server):
             )
         return super().network_address()
 
-    def _forget_admin_client(self) -> None:
-        """The admin client's connections died with the server (a kill, a restart): the
-        next admin call opens a new client."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None and self._pid == os.getpid():
-            with contextlib.suppress(Exception):
-                client.close()
-
     def close(self) -> None:
         """Drop the namespaces this object created that are still there; close the admin
         client; the server keeps running."""
-        with self._lock:
-            leftover, self._created = sorted(self._created), set()
-        for namespace in leftover:
-            try:
-                self.drop_namespace(namespace)
-            except BackendUnavailable:
-                break
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None and self._pid == os.getpid():
-            client.close()
+        self.admin.close(self.drop_namespace)
 
 
 def _redis_version(client: Any) -> str:
     """``Redis 7.0.15`` (of the first master, for a cluster)."""
-    return f"Redis {admin.primaries(client)[0].info('server').get('redis_version', '?')}"
+    return f"Redis {redis_admin.primaries(client)[0].info('server').get('redis_version', '?')}"

@@ -32,7 +32,7 @@ from rdq_compliance.provision import (
     KitContainer,
     ProvisionRequest,
     check_network_mode,
-    start_kit_container,
+    start_container_server,
 )
 from rdq_mysql.dsn import make_dsn
 from rdq_mysql.options import (
@@ -77,9 +77,6 @@ class ContainerMySqlServer(ContainerFaults, MySqlServer):
         self._password = password
         self._timeout = timeout
 
-    def forget_connections(self) -> None:
-        self._forget_admin_connection()
-
     def wait_ready(self) -> None:
         _wait_ready(self.container, self.container.host_port, self._password, self._timeout)
 
@@ -112,10 +109,9 @@ def start_container(request: ProvisionRequest) -> ContainerMySqlServer:
         network=network,
         environment={"MARIADB_ROOT_PASSWORD": password, "MARIADB_DATABASE": _DATABASE},
     )
-    container = start_kit_container(spec)
-    try:
+
+    def serve(container: KitContainer) -> ContainerMySqlServer:
         _wait_ready(container, container.host_port, password, timeout)
         return ContainerMySqlServer(container, password, timeout)
-    except BaseException:
-        container.remove()
-        raise
+
+    return start_container_server(spec, serve)

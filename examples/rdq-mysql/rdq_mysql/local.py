@@ -13,10 +13,13 @@ The server refuses to run as root: when we are root it runs as the ``mysql`` sys
 (option ``mysql_user``), and lives in a folder that user can reach
 (``rdq_compliance.provision.server_base``).
 
-It is a :class:`~rdq_compliance.provision.ManagedProcess`: a watchdog kills it and deletes
-its data if the kit process dies, even by SIGKILL. Faults: ``kill_server`` (SIGKILL of the
-whole process tree), ``restart_server`` (a start on the same port and data: InnoDB crash
-recovery), ``pause_server`` (SIGSTOP/SIGCONT), ``cut_connections``.
+The server process is a :class:`LocalMySqlNode`, a
+:class:`~rdq_compliance.provision.ProcessSlot` (what it runs, how it is probed; started as a
+``ManagedProcess``: a watchdog kills it and deletes its data if the kit process dies, even
+by SIGKILL). Its faults and close come from :class:`~rdq_compliance.provision.LocalFaults`:
+``kill_server`` (SIGKILL of the whole process tree), ``restart_server`` (a start on the
+same port and data: InnoDB crash recovery), ``pause_server`` (SIGSTOP/SIGCONT), and
+``cut_connections`` from the server itself.
 
 Durability: ``innodb_flush_log_at_trx_commit=2`` — each commit *writes* its redo log
 before it returns (only the flush to the disk is once a second), so a SIGKILL of the
@@ -27,13 +30,12 @@ server loses no commit (the write is in the kernel's page cache); doublewrite st
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
-import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
@@ -43,6 +45,7 @@ from rdq_compliance.provision import (
     PAUSE_SERVER,
     RESTART_SERVER,
     BinaryNotFound,
+    LocalFaults,
     ManagedProcess,
     Paths,
     ProcessFailed,
@@ -51,11 +54,11 @@ from rdq_compliance.provision import (
     ProvisionUnavailable,
     RunAs,
     find_binary,
-    free_port,
     remove_tree,
     run_to_completion,
     server_base,
     server_user,
+    start_rung,
 )
 from rdq_mysql.dsn import make_dsn
 from rdq_mysql.options import (
@@ -112,7 +115,7 @@ def _server_version(binary: Path) -> str:
 
 
 @dataclass
-class LocalMySql(ProcessSlot):
+class LocalMySqlNode(ProcessSlot):
     """One data directory and the server process running on it (if any)."""
 
     server: Path
@@ -125,6 +128,8 @@ class LocalMySql(ProcessSlot):
     start_timeout: float = 60.0
     private_base: bool = False
     process: ManagedProcess | None = field(default=None, repr=False)
+
+    stop_grace = 20.0
 
     @property
     def datadir(self) -> Path:
@@ -220,28 +225,16 @@ class LocalMySql(ProcessSlot):
         conn.close()
         return True
 
-    def start(self) -> None:
-        """Start the server and wait until it answers (crash recovery included)."""
-        process = ManagedProcess(
-            self.argv(),
-            log_path=self.log_path,
-            cwd=self.base,
-            env=self._env(),
-            user=self.user,
-            stop_signal=signal.SIGTERM,  # a clean shutdown
-            grace=20.0,
-            cleanup_paths=[self.datadir, *([self.base] if self.private_base else [])],
-        )
-        process.start()
-        self.process = process
-        try:
-            process.wait_ready(
-                self.probe, self.start_timeout, what=f"{self.server.name} on port {self.port}"
-            )
-        except ProcessFailed:
-            process.stop(grace=2.0)
-            self.process = None
-            raise
+    def launch_options(self) -> dict[str, Any]:
+        return {
+            "cwd": self.base,
+            "env": self._env(),
+            "user": self.user,
+            "cleanup_paths": [self.datadir, *([self.base] if self.private_base else [])],
+        }
+
+    def prepare(self) -> None:
+        """Nothing: :meth:`initialize` made the folders."""
 
     def remove(self) -> None:
         super().remove()
@@ -251,8 +244,27 @@ class LocalMySql(ProcessSlot):
             remove_tree(self.base)
 
 
-def create_local(request: ProvisionRequest) -> LocalMySql:
-    """Find the binaries, create the data directory, start the server on a free port."""
+class LocalMySqlServer(LocalFaults, MySqlServer):
+    """A private server the kit started from local binaries (see the module docstring)."""
+
+    faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
+    start_errors = (ProcessFailed, OSError)
+
+    def __init__(self, node: LocalMySqlNode) -> None:
+        self.node = node
+        self.hold_processes()
+        super().__init__(
+            make_dsn("127.0.0.1", node.port, "root", DATABASE),
+            origin=f"local binary {node.server} on 127.0.0.1:{node.port}",
+        )
+
+    def process_slots(self) -> Sequence[LocalMySqlNode]:
+        return [self.node]
+
+
+def start_local_server(request: ProvisionRequest) -> LocalMySqlServer:
+    """Rung 2 of the ladder: find the binaries, create the data directory, start the
+    server on a free port (see the module docstring)."""
     options = LOCAL_OPTIONS.parse(request.options)  # a bad value fails before any work
     bin_dirs = options[MYSQL_BIN_DIR]
     server = _search(SERVERS, bin_dirs)
@@ -261,7 +273,7 @@ def create_local(request: ProvisionRequest) -> LocalMySql:
     installer = _search(INSTALLERS, bin_dirs) if mariadb else None
     user = server_user(options[MYSQL_USER], server=server.name, option="mysql_user")
     base, private = server_base(Path(request.workdir), user, prefix="rdq-mysql-")
-    node = LocalMySql(
+    node = LocalMySqlNode(
         server=server,
         installer=installer,
         mariadb=mariadb,
@@ -272,110 +284,19 @@ def create_local(request: ProvisionRequest) -> LocalMySql:
         start_timeout=options[MYSQL_START_TIMEOUT],
         private_base=private,
     )
-    try:
+
+    def start() -> None:
         try:
             node.initialize()
         except ProcessFailed as exc:
             raise ProvisionUnavailable(
                 f"creating the data directory {node.datadir} failed: {exc}"
             ) from exc
-        for attempt in range(5):
-            node.port = free_port()
-            try:
-                node.start()
-                break
-            except ProcessFailed:
-                if attempt == 4 or "Address already in use" not in node.log_tail():
-                    raise
-    except ProvisionUnavailable:
-        node.stop()
-        node.remove()
-        raise
-    except (ProcessFailed, OSError) as exc:
-        node.stop()
-        node.remove()
-        raise ProvisionUnavailable(f"the local server ({server}) did not start: {exc}") from exc
-    except BaseException:
-        node.stop()
-        node.remove()
-        raise
-    return node
+        node.start_on_free_port()
 
-
-class LocalMySqlServer(MySqlServer):
-    """A private server the kit started from local binaries (see the module docstring)."""
-
-    faults = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
-
-    def __init__(self, node: LocalMySql) -> None:
-        self.node = node
-        self._state_lock = threading.Lock()
-        self._killed = False
-        self._closed = False
-        super().__init__(
-            make_dsn("127.0.0.1", node.port, "root", DATABASE),
-            origin=f"local binary {node.server} on 127.0.0.1:{node.port}",
-        )
-
-    def kill(self) -> None:
-        """SIGKILL the server; it stays down until :meth:`restart`."""
-        with self._state_lock:
-            self._check_open()
-            self.node.kill()
-            self._killed = True
-            self._forget_admin_connection()
-
-    def restart(self) -> None:
-        """Start the server again on the same port and data (a clean stop first if it runs)."""
-        with self._state_lock:
-            self._check_open()
-            self.node.stop()
-            self._forget_admin_connection()
-            try:
-                self.node.start()
-            except ProcessFailed as exc:
-                raise ProvisionUnavailable(f"could not restart {self.origin}: {exc}") from exc
-            self._killed = False
-
-    def pause(self) -> None:
-        with self._state_lock:
-            self._check_open()
-            self.node.pause()
-
-    def resume(self) -> None:
-        with self._state_lock:
-            self._check_open()
-            self.node.resume()
-
-    def pids(self) -> list[int]:
-        return self.node.pids()
-
-    def close(self) -> None:
-        """Stop the server and delete its data; idempotent, fine after a kill or a pause."""
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self.node.paused:
-                self.node.resume()
-            if not self._killed:
-                with contextlib.suppress(Exception):
-                    super().close()
-            self._forget_admin_connection()
-            self.node.stop()
-            self.node.remove()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ProvisionUnavailable(f"{self.origin} was closed")
-
-
-def start_local_server(request: ProvisionRequest) -> LocalMySqlServer:
-    """Rung 2 of the ladder (see the module docstring)."""
-    node = create_local(request)
-    try:
-        return LocalMySqlServer(node)
-    except BaseException:
-        node.stop()
-        node.remove()
-        raise
+    return start_rung(
+        node,
+        start,
+        LocalMySqlServer,
+        failure=f"the local server ({server}) did not start",
+    )

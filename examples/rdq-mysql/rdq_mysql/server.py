@@ -12,24 +12,17 @@ a server the kit owns.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import secrets
-import threading
-from collections.abc import Callable
-from typing import TypeVar
 
 import pymysql
 
-from rdq_compliance.provision import CUT_CONNECTIONS, Server
+from rdq_compliance.provision import CUT_CONNECTIONS, AdminHandle, Server
 from rdq_core.errors import BackendUnavailable
 from rdq_mysql import schema
 from rdq_mysql.connection import connect
 from rdq_mysql.dsn import Address, mask_dsn, parse_dsn
 from rdq_mysql.errors import map_error
-
-T = TypeVar("T")
 
 #: Oldest servers supported: ``SKIP LOCKED`` arrived in MariaDB 10.6 and MySQL 8.0.
 MIN_MARIADB = (10, 6)
@@ -56,12 +49,17 @@ class MySqlServer(Server):
     def __init__(self, dsn: str, *, origin: str | None = None) -> None:
         self.address: Address = parse_dsn(dsn)
         self.dsn = dsn
-        self._lock = threading.Lock()
-        self._conn: pymysql.Connection | None = None
-        self._pid = os.getpid()
-        self._created: set[str] = set()
+        self.admin: AdminHandle[pymysql.Connection] = AdminHandle(
+            connect=lambda: connect(self.address),
+            disconnect=lambda conn: conn.close(),
+            errors=(pymysql.err.MySQLError, OSError),
+            map_error=lambda exc, action: map_error(exc, action, self.address.where),
+            usable=lambda conn: bool(conn.open),
+            lost=_lost,
+            retries=1,  # a connection that had died (e.g. a server restart): once more
+        )
         #: what ``SELECT VERSION()`` says, e.g. ``10.11.19-MariaDB-0+deb12u1``
-        self.server_version = str(self._admin_call("version", _version))
+        self.server_version = str(self.admin.call("version", _version))
         self.flavour, numbers = flavour_of(self.server_version)
         #: the software and version, for humans (``Server.version``)
         self.version = f"{self.flavour} {self.server_version}"
@@ -73,51 +71,21 @@ class MySqlServer(Server):
             )
         self.origin = origin or f"given DSN {mask_dsn(dsn)}"  # the kit shows the version beside
 
-    def _admin(self) -> pymysql.Connection:
-        """The server's own connection (re-opened if lost or inherited through fork)."""
-        conn = self._conn
-        if conn is not None and conn.open and self._pid == os.getpid():
-            return conn
-        conn = connect(self.address)
-        self._conn, self._pid = conn, os.getpid()
-        return conn
-
-    def _admin_call(self, action: str, fn: Callable[[pymysql.Connection], T]) -> T:
-        with self._lock:
-            for attempt in range(2):
-                conn = self._admin()
-                try:
-                    return fn(conn)
-                except (pymysql.err.MySQLError, OSError) as exc:
-                    if not conn.open or isinstance(exc, (pymysql.err.InterfaceError, OSError)):
-                        self._conn = None
-                    if self._conn is None and attempt == 0:
-                        continue  # the admin connection had died: once more on a new one
-                    raise map_error(exc, action, self.address.where) from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _forget_admin_connection(self) -> None:
-        """The admin connection died with the server (a kill, a restart)."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+    def forget_connections(self) -> None:
+        self.admin.forget()
 
     def create_namespace(self) -> str:
         namespace = new_namespace_name()
-        self._admin_call("create_namespace", lambda conn: schema.create_namespace(conn, namespace))
-        with self._lock:
-            self._created.add(namespace)
+        self.admin.call("create_namespace", lambda conn: schema.create_namespace(conn, namespace))
+        self.admin.created(namespace)
         return namespace
 
     def drop_namespace(self, namespace: str) -> None:
         schema.namespace_name(namespace)
         # Sessions of the namespace may hold locks that would make the drop wait: end them.
         self.cut_connections(namespace)
-        self._admin_call("drop_namespace", lambda conn: schema.drop_namespace(conn, namespace))
-        with self._lock:
-            self._created.discard(namespace)
+        self.admin.call("drop_namespace", lambda conn: schema.drop_namespace(conn, namespace))
+        self.admin.dropped(namespace)
 
     def cut_connections(self, namespace: str) -> int:
         """``KILL CONNECTION`` every session whose current database is ``namespace``."""
@@ -140,23 +108,17 @@ class MySqlServer(Server):
                         pass  # it ended by itself meanwhile (unknown thread id)
                 return done
 
-        return self._admin_call("cut_connections", cut)
+        return self.admin.call("cut_connections", cut)
 
     def close(self) -> None:
         """Drop the namespaces this object created that are still there; close the admin
         connection; the server keeps running."""
-        with self._lock:
-            leftover, self._created = sorted(self._created), set()
-        for namespace in leftover:
-            try:
-                self.drop_namespace(namespace)
-            except BackendUnavailable:
-                break
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None and self._pid == os.getpid():
-            with contextlib.suppress(Exception):
-                conn.close()
+        self.admin.close(self.drop_namespace)
+
+
+def _lost(conn: pymysql.Connection, exc: BaseException) -> bool:
+    """Whether ``exc`` left the admin connection unusable (then it is opened again)."""
+    return not conn.open or isinstance(exc, (pymysql.err.InterfaceError, OSError))
 
 
 def _version(conn: pymysql.Connection) -> str:

@@ -90,7 +90,7 @@ def test_a_server_refuses_to_drop_a_reserved_database(mongo_server):
     for name in ("admin", "local", "Config"):
         with pytest.raises(InvalidArgument, match=r"is one of MongoDB's own databases"):
             mongo_server.drop_namespace(name)
-    assert "local" in mongo_server._admin().list_database_names()  # never dropped
+    assert "local" in mongo_server.admin.connection().list_database_names()  # never dropped
 
 
 def test_a_63_character_name_is_fine():

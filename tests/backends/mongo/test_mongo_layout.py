@@ -30,7 +30,7 @@ def _indexes(client, namespace: str) -> dict:
 
 
 def test_each_namespace_is_its_own_database_and_they_are_isolated(mongo_server):
-    client = mongo_server._admin()
+    client = mongo_server.admin.connection()
     a, b = mongo_server.create_namespace(), mongo_server.create_namespace()
     sa, sb = MongoStorage(mongo_server.dsn, a), MongoStorage(mongo_server.dsn, b)
     try:
@@ -56,7 +56,7 @@ def test_each_namespace_is_its_own_database_and_they_are_isolated(mongo_server):
 
 
 def test_dropping_a_namespace_removes_its_database_and_nothing_else(mongo_server):
-    client = mongo_server._admin()
+    client = mongo_server.admin.connection()
     kept, dropped = mongo_server.create_namespace(), mongo_server.create_namespace()
     stranger = f"rdqtest_stranger_{secrets.token_hex(4)}"
     client[stranger]["tasks"].insert_one({"_id": "x", "queue": "q"})
@@ -79,7 +79,7 @@ def test_dropping_a_namespace_removes_its_database_and_nothing_else(mongo_server
 
 
 def test_a_server_object_closes_only_the_namespaces_it_created(mongo_server):
-    client = mongo_server._admin()
+    client = mongo_server.admin.connection()
     mine = mongo_server.create_namespace()
     other = MongoServer(mongo_server.dsn)
     theirs = other.create_namespace()
@@ -94,7 +94,7 @@ def test_a_server_object_closes_only_the_namespaces_it_created(mongo_server):
 def test_indexes_are_created_idempotently_and_a_second_opener_changes_nothing(
     mongo_server, namespace
 ):
-    client = mongo_server._admin()
+    client = mongo_server.admin.connection()
     first = MongoStorage(mongo_server.dsn, namespace)
     for i in range(3):
         first.enqueue(NewTask(f"t{i}", "q", "h"))

@@ -43,17 +43,17 @@ def test_local_rung_starts_mongod_as_a_single_node_replica_set(standin_bin, tmp_
     try:
         events = [json.loads(line) for line in record.read_text().splitlines()]
         argv = events[0]["argv"]
-        port = server.local.port
+        port = server.node.port
         assert argv[argv.index("--replSet") + 1] == local.REPLICA_SET
         assert argv[argv.index("--bind_ip") + 1] == "127.0.0.1"
         assert argv[argv.index("--port") + 1] == str(port)
-        assert Path(argv[argv.index("--dbpath") + 1]) == server.local.datadir
+        assert Path(argv[argv.index("--dbpath") + 1]) == server.node.datadir
         # readiness: replSetInitiate with this one member, then a writable primary
         assert {"replSetInitiate": {
             "_id": local.REPLICA_SET, "members": [{"_id": 0, "host": f"127.0.0.1:{port}"}]
         }} in events  # fmt: skip
         assert server.dsn == f"mongodb://127.0.0.1:{port}/?directConnection=true"
-        assert server.local.kind == local.MONGOD
+        assert server.node.kind == local.MONGOD
         assert "0.0.0-standin" in server.origin and "SecantusDB" not in server.origin
         assert {"kill_server", "restart_server", "pause_server"} <= server.faults
     finally:

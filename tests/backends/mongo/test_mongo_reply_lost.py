@@ -95,7 +95,7 @@ def test_an_enqueue_whose_reply_is_lost_is_idempotent(via, proxy, mongo_server, 
     _retried(via)
     assert storage.enqueue(NewTask("t", "q", "h", b"p")) is False  # a real duplicate
     assert storage.stats("q").pending == 1
-    client = mongo_server._admin()
+    client = mongo_server.admin.connection()
     assert client[namespace][schema.TASKS].count_documents({"_id": "t"}) == 1
 
 

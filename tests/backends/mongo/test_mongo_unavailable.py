@@ -132,9 +132,9 @@ def down_storage(private: LocalMongoServer) -> Iterator[MongoStorage]:
     storage = MongoStorage(uri, namespace)
     yield storage
     storage.close()
-    if private.local.paused:
+    if private.node.paused:
         private.resume()
-    if not private.local.running:
+    if not private.node.running:
         private.restart()
     private.drop_namespace(namespace)
 

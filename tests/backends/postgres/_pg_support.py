@@ -82,7 +82,7 @@ def local_server(prefix: str) -> Iterator[LocalPostgresServer]:
 
 def ensure_running(server: LocalPostgresServer) -> None:
     """Restart ``server`` if a test left it killed (so later tests of the module run)."""
-    if not server.cluster.running:
+    if not server.node.running:
         server.restart()
 
 

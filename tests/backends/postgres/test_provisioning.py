@@ -120,10 +120,10 @@ def test_without_a_dsn_the_ladder_starts_local_binaries(
     server: LocalPostgresServer, workdir: Path
 ) -> None:
     assert server.origin.startswith("local binary ")
-    assert f"on 127.0.0.1:{server.cluster.port}" in server.origin
-    assert server.dsn == f"postgresql://postgres@127.0.0.1:{server.cluster.port}/rdq"
+    assert f"on 127.0.0.1:{server.node.port}" in server.origin
+    assert server.dsn == f"postgresql://postgres@127.0.0.1:{server.node.port}/rdq"
     assert server.faults == {KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS}
-    assert server.cluster.datadir == workdir / "pgdata"
+    assert server.node.datadir == workdir / "pgdata"
 
 
 def test_a_dsn_beats_the_local_rung(
@@ -141,7 +141,7 @@ def test_a_dsn_beats_the_local_rung(
         assert given.origin.startswith("given DSN")
     finally:
         given.close()
-    assert port_open(server.cluster.port), "closing a given server must leave it running"
+    assert port_open(server.node.port), "closing a given server must leave it running"
 
 
 def test_without_binaries_nor_docker_the_error_names_all_three_remedies(
@@ -278,7 +278,7 @@ def test_the_local_server_runs_as_postgres_and_listens_on_loopback_only(
         if c.pid in pids and c.status == psutil.CONN_LISTEN
     ]
     assert listening
-    assert {(c.laddr.ip, c.laddr.port) for c in listening} == {("127.0.0.1", server.cluster.port)}
+    assert {(c.laddr.ip, c.laddr.port) for c in listening} == {("127.0.0.1", server.node.port)}
 
 
 def test_kill_makes_the_storage_unavailable_and_restart_loses_no_committed_task(
@@ -292,7 +292,7 @@ def test_kill_makes_the_storage_unavailable_and_restart_loses_no_committed_task(
         server.kill()
         assert alive(pids) == [], "kill() must SIGKILL the postmaster and every backend"
         assert server.pids() == []
-        assert not port_open(server.cluster.port)
+        assert not port_open(server.node.port)
         # (A storage opened before the kill also raises BackendUnavailable, but only after
         # its pool's timeout; a fresh one is refused at once.)
         fresh = backend.open(server.dsn, namespace)
@@ -303,7 +303,7 @@ def test_kill_makes_the_storage_unavailable_and_restart_loses_no_committed_task(
             fresh.close()
 
         server.restart()  # same port, same data: crash recovery
-        assert server.pids() and port_open(server.cluster.port)
+        assert server.pids() and port_open(server.node.port)
         after = backend.open(server.dsn, namespace)
         try:
             task = after.get("before-kill")
@@ -442,9 +442,9 @@ def test_close_stops_everything_and_removes_the_data(state: str) -> None:
     try:
         own = _local_or_skip(ProvisionRequest(workdir=workdir, allow_docker=False))
         assert isinstance(own, LocalPostgresServer)
-        datadir = own.cluster.datadir
-        assert own.cluster.process is not None
-        watchdog = own.cluster.process.watchdog_pid
+        datadir = own.node.datadir
+        assert own.node.process is not None
+        watchdog = own.node.process.watchdog_pid
         assert watchdog is not None
         pids = [*own.pids(), watchdog]
         own.create_namespace()
@@ -473,10 +473,10 @@ RUNNER = textwrap.dedent(
     server = backend.provision(ProvisionRequest(workdir=Path(sys.argv[1]), allow_docker=False))
     print(json.dumps({
         "pids": server.pids(),
-        "watchdog": server.cluster.process.watchdog_pid,
-        "base": str(server.cluster.base),
-        "private": server.cluster.private_base,
-        "port": server.cluster.port,
+        "watchdog": server.node.process.watchdog_pid,
+        "base": str(server.node.base),
+        "private": server.node.private_base,
+        "port": server.node.port,
     }), flush=True)
     time.sleep(600)
     """

@@ -35,6 +35,7 @@ from rdq_redis.plugin import RedisBackend, backend
 from rdq_redis.server import RedisServer
 from rdq_redis.storage import RedisStorage
 
+from rdq_compliance.provision import ports as provision_ports
 from rdq_compliance.provision.backend import (
     CUT_CONNECTIONS,
     KILL_SERVER,
@@ -300,8 +301,8 @@ def test_a_port_taken_meanwhile_is_retried_on_a_fresh_one(
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports = iter([taken])
-        real = local_rung.free_port
-        monkeypatch.setattr(local_rung, "free_port", lambda: next(ports, None) or real())
+        real = provision_ports.free_port  # where the free-port start draws its ports
+        monkeypatch.setattr(provision_ports, "free_port", lambda: next(ports, None) or real())
         own = backend.start_local_server(ProvisionRequest(workdir=tmp_path))
         try:
             (node,) = own.nodes
