@@ -13,8 +13,8 @@ The tests an entry covers still run. A failure is reported as an expected failur
 the reason. Strictness (either way the ledger must change): a test under a test-id entry
 that passes fails the run; a rule entry is strict as a whole — its tests that the gap does
 not touch may pass, but once none of them fails the entry is stale and the run fails
-(:meth:`rdq_compliance.summary.Summary.stale_rule_entries`); a failure that names a *different* rule
-than the entry's is a failure too (a new regression must not hide behind an old gap). An
+(:meth:`rdq_compliance.run_summary.Summary.stale_rule_entries`); a failure that names a
+*different* rule than the entry's is a failure too (a new regression must not hide behind an old gap). An
 entry that is neither a known rule id nor any test's id is a usage error listing the close
 matches. Pure: no pytest here; the plugin applies what :meth:`Ledger.entry_for` says.
 """

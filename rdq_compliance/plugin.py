@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from rdq_compliance import registry, reporting, requirements, rules, settings
+from rdq_compliance import pytest_report, registry, requirements, rules, settings
 from rdq_compliance.provision.backend import Backend, ProvisionUnavailable, Server, StorageSpec
 from rdq_compliance.session import Session
 from rdq_core.errors import InvalidArgument, NotFound, RdqError
@@ -134,8 +134,8 @@ def pytest_configure(config: pytest.Config) -> None:
             backend = registry.load_backend(resolved.backend)
         except registry.UnknownBackend as exc:
             raise pytest.UsageError(f"rdq: {exc}") from None
-        reporter = reporting.Reporting.for_run(config, resolved, backend)
-        config.stash[reporting.KEY] = reporter
+        reporter = pytest_report.Reporting.for_run(config, resolved, backend)
+        config.stash[pytest_report.KEY] = reporter
         config.pluginmanager.register(reporter, "rdq-reporting")
     config.stash[_SETTINGS] = resolved
 
@@ -191,7 +191,7 @@ def pytest_collection_modifyitems(
             nodeid = f"rdq_compliance/suite/{path.name}"
             module = pytest.Module.from_parent(session, path=path, nodeid=nodeid)
             items.extend(session.genitems(module))
-    config.stash[reporting.KEY].annotate(items)
+    config.stash[pytest_report.KEY].annotate(items)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -271,7 +271,7 @@ def rdq_session(rdq_settings: settings.Settings, pytestconfig: pytest.Config) ->
     except RdqError as exc:
         # A server the user named but that does not answer is an error, never a skip.
         pytest.fail(f"rdq backend {name!r}: {exc}", pytrace=False)
-    pytestconfig.stash[reporting.KEY].server_ready(session)
+    pytestconfig.stash[pytest_report.KEY].server_ready(session)
     try:
         yield session
     finally:

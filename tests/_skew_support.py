@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance import registry
+from rdq_compliance.chaos.campaign_result import CampaignResult
 from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.index import index_history
 from rdq_compliance.chaos.checker.storage_clock import reversals
 from rdq_compliance.chaos.checker.view import Context
 from rdq_compliance.chaos.events import read_history
 from rdq_compliance.chaos.faults.libfaketime import INSTALL_HINT, find_libfaketime
-from rdq_compliance.chaos.results import CampaignResult
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
 from rdq_compliance.provision.backend import ProvisionUnavailable

@@ -30,8 +30,8 @@ from rich.live import Live
 from rich.table import Table
 
 from rdq_compliance import registry
+from rdq_compliance.chaos.campaign_result import CampaignResult, Progress, replay_command
 from rdq_compliance.chaos.faults.display import fault_details, fault_phrases, live_rows
-from rdq_compliance.chaos.results import CampaignResult, Progress, replay_command
 from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import ScenarioError, check_seed, load_scenario
 from rdq_compliance.session import NoBackendSelected

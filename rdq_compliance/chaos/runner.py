@@ -16,8 +16,8 @@
    fails with a *checker error*;
 5. the report folder written (:mod:`rdq_compliance.chaos.report`).
 
-The result (:class:`~rdq_compliance.chaos.results.CampaignResult`) and the progress
-snapshots are defined in :mod:`rdq_compliance.chaos.results`, shared with the report
+The result (:class:`~rdq_compliance.chaos.campaign_result.CampaignResult`) and the progress
+snapshots are defined in :mod:`rdq_compliance.chaos.campaign_result`, shared with the report
 and the CLI.
 
 :func:`provision_and_run` provisions the server the settings name through a
@@ -36,6 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from rdq_compliance.chaos.campaign_result import CampaignResult, Progress, ProgressFn
 from rdq_compliance.chaos.checker import FinalState, Violation, check, read_final_state
 from rdq_compliance.chaos.events import OK, Event, Journal, read_history
 from rdq_compliance.chaos.faults import clock_skew
@@ -45,7 +46,6 @@ from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
 from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults
 from rdq_compliance.chaos.report import write_report
-from rdq_compliance.chaos.results import CampaignResult, Progress, ProgressFn
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.chaos.worker_main import WorkerConfig
 from rdq_compliance.provision.backend import Server, StorageSpec

@@ -22,7 +22,7 @@ import json
 
 import pytest
 
-from rdq_compliance import rules, summary
+from rdq_compliance import rules, run_summary
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import load_scenario
 
@@ -44,7 +44,7 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
     outdir = tmp_path_factory.mktemp(f"chaos-{scenario.name}")
     # user_properties, not record_property (which warns under JUnit's default xunit2 family;
     # the properties are written all the same)
-    request.node.user_properties.append((summary.PROP_CHAOS_REPORT, str(outdir)))
+    request.node.user_properties.append((run_summary.PROP_CHAOS_REPORT, str(outdir)))
     try:
         result = run_campaign(scenario, session=rdq_session, outdir=outdir)
     except Exception as exc:
@@ -52,7 +52,7 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
         text = f"the campaign stopped: {type(exc).__name__}: {exc}; report folder: {outdir}"
         raise AssertionError(rules.message(rule, text) if rule in rules.RULES else text) from exc
     request.node.user_properties.append(
-        (summary.PROP_FAULTS, json.dumps(result.counters.as_dict()))
+        (run_summary.PROP_FAULTS, json.dumps(result.counters.as_dict()))
     )
     where = f"report folder: {outdir} (replay with seed {result.seed})"
     assert result.checker_error is None, f"the checker failed: {result.checker_error}; {where}"

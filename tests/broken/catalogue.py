@@ -596,7 +596,7 @@ CLASSES: tuple[BugClass, ...] = (
             "5.7", "dead_letter_deletes",
             "§5.7 task lost: deleted when dead-lettered, missing from the DLQ",
             sqlite=(
-                Campaign("tests/test_reporting.py", "tests/chaos/tiny.toml", ("no-loss",)),
+                Campaign("tests/test_pytest_report.py", "tests/chaos/tiny.toml", ("no-loss",)),
                 Campaign("tests/chaos/test_chaos_campaign.py", "tests/chaos/smoke.toml", ()),
             ),
         ),

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdq_compliance.chaos.campaign_result import CampaignResult
 from rdq_compliance.chaos.events import OK, Event, read_history
-from rdq_compliance.chaos.results import CampaignResult
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
 from rdq_compliance.session import Session

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from rdq_compliance import registry
-from rdq_compliance.chaos.results import CampaignResult
+from rdq_compliance.chaos.campaign_result import CampaignResult
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.provision.backend import ProvisionUnavailable
 from rdq_compliance.session import Session

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rdq_compliance import summary
+from rdq_compliance import run_summary
 from rdq_compliance.chaos.checker import FinalState, check_storage_clock
 from rdq_compliance.chaos.faults import clock_skew
 from rdq_compliance.chaos.faults.libfaketime import Skew, find_libfaketime, plan_skews, skew_env
@@ -176,7 +176,7 @@ def test_the_timeline_marks_each_skewed_worker() -> None:
     assert c.as_dict()["clock_skews"] == 4
     assert c.as_dict()["skewed_slots"] == {"2": "+1.000s, rate x1.0000"}
     # the end-of-run summary's fault line counts them too
-    assert summary._faults({"total_kills": 1, "clock_skews": 4}) == (
+    assert run_summary._faults({"total_kills": 1, "clock_skews": 4}) == (
         "1 worker kills, 4 clock-skewed workers"
     )
 

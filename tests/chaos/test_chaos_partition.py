@@ -308,7 +308,7 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     the previous holder's lease was extended), a task whose heartbeat it took as applied,
     and both workers."""
     _needs_netns()
-    from rdq_compliance.chaos.results import CampaignResult
+    from rdq_compliance.chaos.campaign_result import CampaignResult
     from tests.chaos._bug_hunt import run_line
     from tests.chaos._chaos_support import broken_workers, calm_then_faulted, start_session
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance.chaos import runner
+from rdq_compliance.chaos.campaign_result import CampaignResult
 from rdq_compliance.chaos.checker import RULES, FinalState, check, read_final_state
 from rdq_compliance.chaos.nemesis import Counters, FaultPlan
 from rdq_compliance.chaos.report import write_report
-from rdq_compliance.chaos.results import CampaignResult
 from rdq_compliance.chaos.scenario import load_scenario
 from rdq_core.memory import MemoryStore
 from rdq_core.model import NewTask

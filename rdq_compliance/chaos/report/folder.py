@@ -8,11 +8,11 @@ import dataclasses
 import json
 from typing import Any
 
+from rdq_compliance.chaos.campaign_result import CampaignResult, replay_command
 from rdq_compliance.chaos.checker import FinalState
 from rdq_compliance.chaos.events import Event
 from rdq_compliance.chaos.report.html import render_timeline
 from rdq_compliance.chaos.report.junit import render_junit
-from rdq_compliance.chaos.results import CampaignResult, replay_command
 from rdq_core.model import Task, micros_from_utc
 
 __all__ = ["results_data", "write_report"]

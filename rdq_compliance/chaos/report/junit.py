@@ -8,8 +8,8 @@ import json
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from rdq_compliance.chaos.campaign_result import CampaignResult
 from rdq_compliance.chaos.checker import RULES
-from rdq_compliance.chaos.results import CampaignResult
 
 __all__ = ["render_junit"]
 

@@ -1,5 +1,5 @@
 """What a kit run reports, for humans and for CI: the pytest half of
-:mod:`rdq_compliance.summary` and :mod:`rdq_compliance.ledger`.
+:mod:`rdq_compliance.run_summary` and :mod:`rdq_compliance.ledger`.
 
 The plugin registers one :class:`Reporting` per run (when a backend is selected). It
 
@@ -29,7 +29,7 @@ import pytest
 
 import rdq_compliance.suite
 from rdq_compliance import rules
-from rdq_compliance import summary as s
+from rdq_compliance import run_summary as s
 from rdq_compliance.ledger import Entry, Ledger, TestRef
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings, describe

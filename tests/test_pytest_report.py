@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rdq_compliance import rules, summary
-from rdq_compliance.reporting import SUITE_DIR
+from rdq_compliance import rules, run_summary
+from rdq_compliance.pytest_report import SUITE_DIR
 from tests._paths import pythonpath
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -139,7 +139,7 @@ def test_summary_counts_by_suite_and_lists_every_skip_with_its_reason(tmp_path: 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:]
     block = _summary_block(proc.stdout)
-    assert 3 <= len(block) <= summary.MAX_LINES, block
+    assert 3 <= len(block) <= run_summary.MAX_LINES, block
     assert block[0] == ("rdq: memory server: in-process [the reference store, rdq_core.memory]"), (
         block
     )
@@ -176,31 +176,33 @@ def test_summary_reaches_the_xdist_controller_from_the_workers(tmp_path: Path) -
 
 
 def test_summary_shows_faults_chaos_report_and_fits_one_screen() -> None:
-    report = summary.Summary("pg", "backend pg (from command line), server provisioned by the kit")
+    report = run_summary.Summary(
+        "pg", "backend pg (from command line), server provisioned by the kit"
+    )
     server = json.dumps({"origin": "local binary /usr/bin/postgres", "version": "PostgreSQL 15"})
     faults = json.dumps(
         {"total_kills": 7, "pauses": 2, "server_kills": 1, "server_pauses": 1, "redrives": 0}
     )
     report.add(
-        summary.Outcome(
+        run_summary.Outcome(
             "suite/test_chaos.py::test_chaos", "chaos", "failed",
             properties=(
-                (summary.PROP_SERVER, server), (summary.PROP_FAULTS, faults),
-                (summary.PROP_CHAOS_REPORT, "/tmp/chaos-standard0"),
-                (summary.PROP_RULE, "one-claim"), (summary.PROP_RULE, "no-loss"),
+                (run_summary.PROP_SERVER, server), (run_summary.PROP_FAULTS, faults),
+                (run_summary.PROP_CHAOS_REPORT, "/tmp/chaos-standard0"),
+                (run_summary.PROP_RULE, "one-claim"), (run_summary.PROP_RULE, "no-loss"),
             ),
         )
     )  # fmt: skip
     for n in range(40):  # many distinct skip reasons and violated rules
-        report.add(summary.Outcome(f"m.py::test_s{n}", "conformance", "skipped", f"why {n}"))
+        report.add(run_summary.Outcome(f"m.py::test_s{n}", "conformance", "skipped", f"why {n}"))
         report.add(
-            summary.Outcome(
+            run_summary.Outcome(
                 f"m.py::test_f{n}", "conformance", "failed",
-                properties=((summary.PROP_RULE, f"rule-{n}"),),
+                properties=((run_summary.PROP_RULE, f"rule-{n}"),),
             )
         )  # fmt: skip
     lines = report.lines()
-    assert len(lines) <= summary.MAX_LINES, "\n".join(lines)
+    assert len(lines) <= run_summary.MAX_LINES, "\n".join(lines)
     assert lines[0] == "rdq: pg server: local binary /usr/bin/postgres [PostgreSQL 15]"
     assert (
         "  chaos faults injected: 7 worker kills, 2 worker pauses, 1 server kills, "
