@@ -25,6 +25,7 @@ from rdq_compliance.chaos.faults.display import (
     summary_words,
 )
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Kind,
     Legend,
@@ -52,7 +53,7 @@ class FlipSettings:
 
 
 @dataclass
-class FlipCounts:
+class FlipCounts(Counts):
     flipped: int = 0
 
     def as_dict(self) -> dict[str, object]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Legend,
     Mark,
@@ -56,7 +57,7 @@ class ClockSkewSettings:
 
 
 @dataclass
-class ClockSkewCounts:
+class ClockSkewCounts(Counts):
     #: Workers started under a skewed clock (a respawn in a skewed slot counts again).
     clock_skews: int = 0
     #: The skew of each skewed slot (``"+4.213s, rate x1.0420"``), by slot.

@@ -15,6 +15,7 @@ from typing import Any
 
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Kind,
     Legend,
@@ -37,7 +38,7 @@ class ConnectionSettings:
 
 
 @dataclass
-class ConnectionCounts:
+class ConnectionCounts(Counts):
     cuts: int = 0
     connections_cut: int = 0
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Kind,
     Legend,
@@ -50,11 +51,9 @@ class FailoverSettings:
 
 
 @dataclass
-class FailoverCounts:
+class FailoverCounts(Counts):
     failovers: int = 0
 
-    def as_dict(self) -> dict[str, object]:
-        return {"failovers": self.failovers}
 
 
 class FailoverFaults(FaultFamily[FailoverSettings, FailoverCounts]):

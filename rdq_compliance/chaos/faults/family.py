@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from rdq_compliance.chaos.faults.tables import Table
@@ -170,10 +170,13 @@ class NemesisContext(Protocol):
 # ---- counting and printing ------------------------------------------------------------------
 
 
-class Counts(Protocol):
-    """A family's counters: a dataclass whose ``as_dict`` gives each count its key."""
+class Counts:
+    """A family's counters: a dataclass deriving from this, whose ``as_dict`` gives each
+    count its key — by default the field's own name and value; a family whose keys or
+    values differ from its fields overrides it."""
 
-    def as_dict(self) -> dict[str, object]: ...
+    def as_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

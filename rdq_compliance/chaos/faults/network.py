@@ -29,6 +29,7 @@ from typing import Any
 
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Kind,
     Legend,
@@ -63,19 +64,12 @@ class NetworkSettings:
 
 
 @dataclass
-class NetworkCounts:
+class NetworkCounts(Counts):
     partitions: int = 0
     partitioned_workers: int = 0
     losses: int = 0
     heals: int = 0
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "partitions": self.partitions,
-            "partitioned_workers": self.partitioned_workers,
-            "losses": self.losses,
-            "heals": self.heals,
-        }
 
 
 class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):

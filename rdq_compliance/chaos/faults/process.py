@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Kind,
     Legend,
@@ -72,7 +73,7 @@ class ProcessSettings:
 
 
 @dataclass
-class ProcessCounts:
+class ProcessCounts(Counts):
     kills: Counter[str] = field(default_factory=Counter)
     pauses: int = 0
     resumes: int = 0

@@ -15,6 +15,7 @@ from typing import Any
 
 from rdq_compliance.chaos.events import INFO, INVOKE, OK
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Kind,
     Legend,
@@ -39,12 +40,10 @@ class RedriveSettings:
 
 
 @dataclass
-class RedriveCounts:
+class RedriveCounts(Counts):
     redrives: int = 0
     redriven_tasks: int = 0
 
-    def as_dict(self) -> dict[str, object]:
-        return {"redrives": self.redrives, "redriven_tasks": self.redriven_tasks}
 
 
 class RedriveFaults(FaultFamily[RedriveSettings, RedriveCounts]):

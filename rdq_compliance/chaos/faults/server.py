@@ -27,6 +27,7 @@ from typing import Any
 
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
+    Counts,
     FaultFamily,
     Kind,
     Legend,
@@ -55,19 +56,12 @@ class ServerSettings:
 
 
 @dataclass
-class ServerCounts:
+class ServerCounts(Counts):
     server_kills: int = 0
     server_restarts: int = 0
     server_pauses: int = 0
     server_resumes: int = 0
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "server_kills": self.server_kills,
-            "server_restarts": self.server_restarts,
-            "server_pauses": self.server_pauses,
-            "server_resumes": self.server_resumes,
-        }
 
 
 class ServerFaults(FaultFamily[ServerSettings, ServerCounts]):
