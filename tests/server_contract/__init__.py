@@ -8,7 +8,8 @@ per driver.
 - :mod:`.driver` — what a body may ask of a backend (its facts, in families);
 - :mod:`.drivers` — the drivers (``tests/backends/<name>/driver.py``) and the
   ``@each(family)`` parametrization over them;
-- :mod:`.processes` — the process and timing helpers the bodies share;
+- ``conftest.py`` — a local-rung server and the shared server per driver, and a
+  namespace on each (the process and timing helpers are :mod:`tests._processes`);
 - ``test_provisioning.py``, ``test_server_down.py``, ``test_clock_skew.py``,
   ``test_packaging.py`` — the bodies.
 

@@ -16,11 +16,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
-from rdq_compliance.provision.backend import Backend, Server
+from rdq_compliance.provision.backend import (
+    CUT_CONNECTIONS,
+    KILL_SERVER,
+    PAUSE_SERVER,
+    RESTART_SERVER,
+    Backend,
+    ProvisionUnavailable,
+    Server,
+)
 from rdq_compliance.provision.options import RungOptions
 from rdq_core.spi import Storage
 
@@ -30,6 +38,8 @@ from rdq_core.spi import Storage
 BadOption = tuple[str, str, str] | tuple[str, str, str, str]
 #: ``(id, options)``: one way to start the local rung (``{}``: the default server).
 RungCase = tuple[str, Mapping[str, str]]
+#: What a local rung's server usually declares.
+LOCAL_FAULTS = frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS})
 
 
 @dataclass(frozen=True)
@@ -40,12 +50,8 @@ class Ladder:
     bin_dir_option: str
     #: the DSN of the local rung's server on ``port``
     local_dsn: Callable[[int], str]
-    #: the faults the local rung's server declares
-    local_faults: frozenset[str]
     #: where the local rung keeps its data, given its workdir
     datadir: Callable[[Path], Path]
-    #: what more the local server's ``origin`` says (after ``on 127.0.0.1:PORT``)
-    origin_details: Callable[[Server], Sequence[str]]
     #: the class of a server given by DSN, its exact ``origin`` (given the local server
     #: and its DSN), its faults
     given_type: type[Server]
@@ -56,10 +62,6 @@ class Ladder:
     #: a folder holding only ``present`` makes the rung name each of ``missing`` as not
     #: found there (with ``options`` added to the request)
     partial_binaries: tuple[tuple[str, ...], tuple[str, ...], Mapping[str, str]]
-    #: the rung's server binaries found with ``PATH=/nonexistent``, and the usual folders
-    #: they may come from (empty: none is installed in one here, the test skips)
-    found_off_path: Callable[[], Mapping[str, Path]] | None
-    usual_dirs: Callable[[], Sequence[Path]]
     #: the rungs' options and their defaults
     local_options: RungOptions
     local_defaults: Mapping[str, object]
@@ -68,30 +70,38 @@ class Ladder:
     #: refused by both rungs before any work; refused by the ladder (key, value, match)
     bad_options: Sequence[BadOption]
     ladder_bad_option: tuple[str, str, str]
-    #: what the server's log says when its port was taken
-    port_taken_log: str
-    #: the system user the server runs as when we are root (None: as us)
-    server_user: str | None
     #: a regex the local server's declared durability must match in full
     durability: Callable[[Server], str]
-    #: how many acknowledged calls of each kind the durability check must have made
-    #: before its kill, for its pass to show something (a slow server makes fewer)
-    durability_load: int
     #: what the server's log says after a clean stop (None: it writes nothing then)
     clean_stop_log: str | None
     #: raises the driver's error (or asserts) unless a paused ``server`` keeps silent
     assert_silent: Callable[[Server], None]
+    #: why the local binaries for ``options`` are missing (None: they are there)
+    missing_for: Callable[[Mapping[str, str]], str | None]
+    #: the faults the local rung's server declares
+    local_faults: frozenset[str] = LOCAL_FAULTS
+    #: what more the local server's ``origin`` says (after ``on 127.0.0.1:PORT``)
+    origin_details: Callable[[Server], Sequence[str]] = lambda server: ()
+    #: the rung's server binaries found with ``PATH=/nonexistent``, and the usual folders
+    #: they may come from (empty: none is installed in one here, the test skips)
+    found_off_path: Callable[[], Mapping[str, Path]] | None = None
+    usual_dirs: Callable[[], Sequence[Path]] = lambda: ()
+    #: what the server's log says when its port was taken
+    port_taken_log: str = "Address already in use"
+    #: the system user the server runs as when we are root (None: as us)
+    server_user: str | None = None
+    #: how many acknowledged calls of each kind the durability check must have made
+    #: before its kill, for its pass to show something (a slow server makes fewer)
+    durability_load: int = 100
     #: whether admin calls (``create_namespace``) fail while the server is killed
-    admin_fails_while_down: bool
+    admin_fails_while_down: bool = True
     #: how many connections of ``namespace`` the server has (None: it cannot say)
-    connections: Callable[[Server, str], int] | None
+    connections: Callable[[Server, str], int] | None = None
     #: a storage whose connections were cut replaces them before its next call, which
     #: then succeeds (False: that call may be ``BackendUnavailable``, a later one not)
     cut_reconnects_first: bool = False
     #: the ways a SIGKILLed runner starts the rung (every one must leave nothing)
     runner_cases: Sequence[RungCase] = (("server", {}),)
-    #: why the local binaries for ``options`` are missing (None: they are there)
-    missing_for: Callable[[Mapping[str, str]], str | None] = lambda options: None
 
 
 @dataclass(frozen=True)
@@ -100,27 +110,30 @@ class Outage:
 
     #: a storage on a private local server, with the timeouts the bounds below assume
     open_down: Callable[[Server, str], Storage]
-    #: every call on it gives up within this while the server is killed
-    fail_fast_s: float
-    #: a regex each of those errors matches (``{call}``: the call's name)
+    #: a regex each call's error matches while the server is killed (``{call}``: the
+    #: call's name)
     down_text: str
-    #: a storage opened with the backend's default timeouts gives up within this
-    default_fails_within: float
-    #: after the restart, the first call succeeds within this (None: within 15 s)
-    recover_s: float | None
     #: the driver's own exceptions, which must never come out of a storage
     native_errors: tuple[type[BaseException], ...]
-    #: a storage on a closed ``port`` with a password (``s3cret``) in its DSN
+    #: a storage on a closed ``port`` with a password (``s3cret``) in its DSN, that DSN
     closed_port_storage: Callable[[int], Storage]
     closed_port_dsn: Callable[[int], str]
-    #: a regex each call on it matches, and the bounds of its wait (s)
+    #: a regex each call on it matches
     closed_port_text: str
-    closed_port_within: tuple[float, float]
+    #: how the DSN is shown in messages: the password masked (or the user info without
+    #: it), e.g. ``postgresql://postgres:***@127.0.0.1``
+    masked: str
+    #: every call on ``open_down``'s storage gives up within this while the server is
+    #: killed; one opened with the backend's default timeouts within this
+    fail_fast_s: float = 3.0
+    default_fails_within: float = 3.0
+    #: after the restart, the first call succeeds within this (None: within 15 s)
+    recover_s: float | None = None
+    #: the bounds of a call's wait on the closed port (s)
+    closed_port_within: tuple[float, float] = (0.0, 3.0)
     #: a regex the ``Server`` for that DSN fails with, and its bound (s)
-    server_down_text: str
-    server_down_within: float
-    #: how the password is shown (None: the user info is left out)
-    masked: str | None
+    server_down_text: str = "does not answer"
+    server_down_within: float = 3.0
     #: the errors carry no chained driver exception (no traceback of the driver)
     unchained: bool = False
     #: after recovery, what more settles (a pool refilled), as a call that raises if not
@@ -153,17 +166,18 @@ class Packaging:
     plugin_modules: Sequence[str]
     #: a DSN where no server answers, fast
     unreachable_dsn: str
-    #: the entry point (of the installed distribution, or of the package's pyproject)
-    entry_point: Callable[[], EntryPoint]
     backend_class: type[Backend]
     storage_class: type[Storage]
-    max_payload_bytes: int | None
-    #: the server's own limit, which the declared one must be below (None: no check)
-    server_payload_limit: int | None
+    #: the clock the storage declares, and what in it names the server's clock
     clock: str
     clock_marker: str
+    #: the entry point (None: the installed distribution's, by the backend's name)
+    entry_point: Callable[[], EntryPoint] | None = None
+    max_payload_bytes: int | None = None
+    #: the server's own limit, which the declared one must be below (None: no check)
+    server_payload_limit: int | None = None
     #: what an unreachable server's durability starts with
-    unknown_durability: str
+    unknown_durability: str = "unknown: the settings could not be read ("
 
 
 @dataclass(frozen=True)
@@ -211,6 +225,21 @@ class ServerDriver:
 
     def __str__(self) -> str:
         return self.name
+
+
+def installed_entry_point(name: str) -> EntryPoint:
+    """The ``rdq.backends`` entry point ``name`` of the installed distributions."""
+    (found,) = [e for e in entry_points(group="rdq.backends") if e.name == name]
+    return found
+
+
+def why_missing(find: Callable[[], object]) -> str | None:
+    """What ``find()`` (a rung's binary search) says is missing, or None."""
+    try:
+        find()
+    except ProvisionUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def slots(server: Server) -> Sequence[Any]:

@@ -42,16 +42,16 @@ from rdq_core.errors import BackendUnavailable, InvalidArgument, NotFound
 from rdq_core.model import NewTask, Status
 from rdq_core.spi import Storage
 from tests._paths import pythonpath
-from tests.server_contract.conftest import Opened
-from tests.server_contract.driver import Ladder, ServerDriver, ports, slots
-from tests.server_contract.drivers import each
-from tests.server_contract.processes import (
+from tests._processes import (
     alive,
     processes_using,
     until_works,
     wait_gone,
     watchdogs,
 )
+from tests.server_contract.conftest import Opened
+from tests.server_contract.driver import Ladder, ServerDriver, ports, slots
+from tests.server_contract.drivers import each
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX only")
 

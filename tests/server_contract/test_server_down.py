@@ -27,11 +27,11 @@ from rdq_compliance.provision.backend import ProvisionRequest, Server
 from rdq_core.errors import BackendUnavailable, StaleClaim
 from rdq_core.model import NewTask, Outcome, Status
 from rdq_core.worker import Worker
+from tests._processes import timed, until_works
 from tests._tcp_proxy import ReplyLosingProxy
 from tests.server_contract.conftest import Opened
 from tests.server_contract.driver import Outage, ReplyLoss, ServerDriver, each_call
 from tests.server_contract.drivers import each
-from tests.server_contract.processes import timed, until_works
 
 LEASE = timedelta(minutes=5)
 PASSWORD = "s3cret"

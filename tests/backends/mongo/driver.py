@@ -13,8 +13,6 @@ import os
 import re
 import sys
 import sysconfig
-from collections.abc import Mapping
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +25,10 @@ from rdq_mongo.plugin import MongoBackend
 from rdq_mongo.server import MongoServer
 from rdq_mongo.storage import CLOCK_DESCRIPTION, MAX_PAYLOAD_BYTES, MongoStorage
 
-from rdq_compliance.provision.backend import (
-    KILL_SERVER,
-    PAUSE_SERVER,
-    RESTART_SERVER,
-    ProvisionUnavailable,
-    Server,
-)
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
 from tests.backends.mongo._mongo_support import ForgetRetries, command, proxy_uri
-from tests.server_contract.driver import (
-    Ladder,
-    Outage,
-    Packaging,
-    ReplyLoss,
-    ServerDriver,
-    Skew,
-)
+from tests.server_contract import driver as contract
+from tests.server_contract.driver import LOCAL_FAULTS, ServerDriver, why_missing
 
 #: The timeouts of a storage on a server that goes down (ms): server selection, a reply,
 #: a connection's handshake; and what a call may take beyond them on 2 busy cores (s).
@@ -62,14 +48,6 @@ def _silent(server: Server) -> None:
     finally:
         client.close()
     raise AssertionError("a paused server answered")
-
-
-def _missing(options: Mapping[str, str]) -> str | None:
-    try:
-        find_server("auto", None)
-    except ProvisionUnavailable as exc:
-        return str(exc)
-    return None
 
 
 def _found_off_path() -> dict[str, Path]:
@@ -109,11 +87,6 @@ def via_proxy(
     return storage
 
 
-def _entry_point() -> EntryPoint:
-    (ep,) = [e for e in entry_points(group="rdq.backends") if e.name == "mongo"]
-    return ep
-
-
 CLOSED = "mongodb://u:s3cret@127.0.0.1:{port}/?serverSelectionTimeoutMS=" + str(SELECT_MS)
 
 DRIVER = ServerDriver(
@@ -121,10 +94,10 @@ DRIVER = ServerDriver(
     backend_ref="rdq_mongo.plugin:backend",
     store="mongo",
     shared_dsn=lambda: os.environ.get("RDQ_MONGO_DSN") or None,
-    ladder=Ladder(
+    ladder=contract.Ladder(
         bin_dir_option="mongo_bin_dir",
         local_dsn=lambda port: f"mongodb://127.0.0.1:{port}/?directConnection=true",
-        local_faults=frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER}),
+        local_faults=LOCAL_FAULTS - {CUT_CONNECTIONS},
         datadir=lambda workdir: workdir / "mongo-data",
         origin_details=lambda server: (f": {server.flavour.label}",),  # type: ignore[attr-defined]
         given_type=MongoServer,
@@ -154,7 +127,6 @@ DRIVER = ServerDriver(
             "mongo_start_timeout='-1': expected a positive",
         ),
         port_taken_log="in use",
-        server_user=None,
         durability=lambda server: re.escape(
             'every write acknowledged with w:"majority", j:true (journaled before the reply) '
             f"by {server.flavour.label}"  # type: ignore[attr-defined]
@@ -162,33 +134,29 @@ DRIVER = ServerDriver(
         durability_load=20,  # SecantusDB: a few ms a write, on 2 busy cores
         clean_stop_log=None,
         assert_silent=_silent,
-        admin_fails_while_down=True,
-        connections=None,
-        missing_for=_missing,
+        missing_for=lambda options: why_missing(lambda: find_server("auto", None)),
     ),
-    outage=Outage(
+    outage=contract.Outage(
         open_down=down_storage,
         fail_fast_s=SELECT_MS / 1000 + SLACK_S,
         down_text=r"^{call}: .*(nothing was done|outcome is unknown)",
         default_fails_within=SERVER_SELECTION_TIMEOUT_MS / 1000 + SLACK_S,
-        recover_s=None,
         native_errors=(px.PyMongoError,),
         closed_port_storage=lambda port: MongoStorage(CLOSED.format(port=port), "rdq_nowhere"),
         closed_port_dsn=lambda port: CLOSED.format(port=port),
         closed_port_text=r"^{call}: no server of mongo .*nothing was done",
         closed_port_within=(SELECT_MS / 1000 * 0.9, SELECT_MS / 1000 + SLACK_S),
-        server_down_text="does not answer",
         server_down_within=SELECT_MS / 1000 + SLACK_S,
         masked="mongodb://u:***@127.0.0.1",
     ),
-    reply_loss=ReplyLoss(
+    reply_loss=contract.ReplyLoss(
         modes=("deduplicating", "forgetful"),
         open=via_proxy,
         complete_request=command("update"),
         complete_tries=2,  # the first try and the driver's retry
         unknown_text=r"lost the connection.*outcome is unknown",
     ),
-    packaging=Packaging(
+    packaging=contract.Packaging(
         storage_modules=(
             "rdq_mongo",
             "rdq_mongo.storage",
@@ -208,7 +176,6 @@ DRIVER = ServerDriver(
             "rdq_mongo.options",
         ),
         unreachable_dsn="mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=100",
-        entry_point=_entry_point,
         backend_class=MongoBackend,
         storage_class=MongoStorage,
         max_payload_bytes=MAX_PAYLOAD_BYTES,
@@ -217,5 +184,5 @@ DRIVER = ServerDriver(
         clock_marker="$$NOW",
         unknown_durability="unknown: the server could not be asked (",
     ),
-    skew=Skew(on_shared=True),
+    skew=contract.Skew(on_shared=True),
 )

@@ -27,9 +27,10 @@ from rdq_mongo.storage import MongoStorage
 from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
+from tests._fixtures import closed_after
+from tests._processes import timed, until_works
 from tests.backends.mongo.driver import SELECT_MS, SLACK_S, SOCKET_MS
 from tests.backends.mongo.driver import down_storage as down_storage_on
-from tests.server_contract.processes import timed, until_works
 
 LEASE = timedelta(minutes=5)
 NOTHING = "nothing was done"
@@ -59,9 +60,8 @@ def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMongoServ
     try:
         server = backend.start_local_server(request)
     except ProvisionUnavailable as exc:
-        pytest.skip(f"no local MongoDB server binaries for the kill tests: {exc}")
-    yield server
-    server.close()
+        pytest.skip(f"no local MongoDB server binaries for the pause test: {exc}")
+    yield from closed_after(server)
 
 
 @pytest.fixture

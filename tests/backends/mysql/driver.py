@@ -22,18 +22,11 @@ from rdq_mysql.plugin import MySqlBackend
 from rdq_mysql.server import MySqlServer
 from rdq_mysql.storage import CLOCK_DESCRIPTION, MAX_PAYLOAD_BYTES, MySqlStorage
 
-from rdq_compliance.provision import (
-    CUT_CONNECTIONS,
-    KILL_SERVER,
-    PAUSE_SERVER,
-    RESTART_SERVER,
-    BinaryNotFound,
-    Server,
-    find_binary,
-)
+from rdq_compliance.provision import CUT_CONNECTIONS, BinaryNotFound, Server, find_binary
 from rdq_core.errors import BackendUnavailable
 from tests._paths import ROOT
-from tests.server_contract.driver import Ladder, Outage, Packaging, ServerDriver, Skew, slots
+from tests.server_contract import driver as contract
+from tests.server_contract.driver import ServerDriver, slots
 
 EXAMPLE = ROOT / "examples" / "rdq-mysql"
 DSN = os.environ.get("RDQ_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
@@ -106,19 +99,15 @@ DRIVER = ServerDriver(
     store=None,
     shared_dsn=shared_dsn,
     pythonpath=(str(EXAMPLE),),
-    ladder=Ladder(
+    ladder=contract.Ladder(
         bin_dir_option="mysql_bin_dir",
         local_dsn=lambda port: f"mysql://root@127.0.0.1:{port}/rdq",
-        local_faults=frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS}),
         datadir=lambda workdir: workdir / "data",
-        origin_details=lambda server: (),
         given_type=MySqlServer,
         given_origin=lambda local, dsn: f"given DSN {mask_dsn(dsn)}",
         given_faults=frozenset({CUT_CONNECTIONS}),
         missing_binaries="MariaDB/MySQL server binaries: mariadbd or mysqld not found",
         partial_binaries=(("mariadbd",), ("mariadb-install-db or mysql_install_db",), {}),
-        found_off_path=None,
-        usual_dirs=lambda: [],
         local_options=LOCAL_OPTIONS,
         local_defaults={
             "mysql_bin_dir": None,
@@ -142,39 +131,31 @@ DRIVER = ServerDriver(
             "-1",
             "mysql_start_timeout='-1': expected a positive",
         ),
-        port_taken_log="Address already in use",
         server_user="mysql",
         durability=lambda server: re.escape(
             "innodb_flush_log_at_trx_commit=2, innodb_doublewrite=1: a commit returns after its "
             "redo log is written (flushed once a second: an OS crash is not covered)"
         ),
-        durability_load=100,
         clean_stop_log="Shutdown complete",
         assert_silent=_silent,
-        admin_fails_while_down=True,
         connections=_connections,
         missing_for=_missing,
     ),
-    outage=Outage(
+    outage=contract.Outage(
         open_down=lambda server, ns: MySqlStorage(server.dsn, ns),
-        fail_fast_s=3.0,
         down_text=r"no MySQL/MariaDB server answers|outcome is unknown|nothing was done",
-        default_fails_within=3.0,
-        recover_s=None,
         native_errors=(pymysql.err.MySQLError,),
         closed_port_storage=lambda port: MySqlStorage(CLOSED.format(port=port), "rdq_nowhere"),
         closed_port_dsn=lambda port: CLOSED.format(port=port),
         closed_port_text=r"no MySQL/MariaDB server answers at mysql://root@127\.0\.0\.1:\d+",
-        closed_port_within=(0.0, 3.0),
         server_down_text=(
             r"no MySQL/MariaDB server answers at mysql://root@127\.0\.0\.1:\d+ .*"
             r"start one, or fix the host and port"
         ),
-        server_down_within=3.0,
         masked="mysql://root@127.0.0.1",
         unchained=True,
     ),
-    packaging=Packaging(
+    packaging=contract.Packaging(
         storage_modules=(
             "rdq_mysql",
             "rdq_mysql.storage",
@@ -195,12 +176,10 @@ DRIVER = ServerDriver(
         backend_class=MySqlBackend,
         storage_class=MySqlStorage,
         max_payload_bytes=MAX_PAYLOAD_BYTES,
-        server_payload_limit=None,
         clock=CLOCK_DESCRIPTION,
         clock_marker="NOW(6)",
-        unknown_durability="unknown: the settings could not be read (",
     ),
-    skew=Skew(on_shared=True),
+    skew=contract.Skew(on_shared=True),
     why_not={
         "reply_loss": "no reply-losing proxy case for the MariaDB example",
         "port_taken": "the example's readiness probe (pymysql.connect, connect_timeout "

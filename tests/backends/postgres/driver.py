@@ -6,8 +6,6 @@ from __future__ import annotations
 import glob
 import re
 import time
-from collections.abc import Mapping
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import psycopg
@@ -19,17 +17,11 @@ from rdq_postgres.plugin import PostgresBackend
 from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import CLOCK_DESCRIPTION, PostgresStorage
 
-from rdq_compliance.provision.backend import (
-    CUT_CONNECTIONS,
-    KILL_SERVER,
-    PAUSE_SERVER,
-    RESTART_SERVER,
-    ProvisionUnavailable,
-    Server,
-)
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
 from rdq_core.spi import Storage
 from tests.backends.postgres._pg_support import require_server
-from tests.server_contract.driver import Ladder, Outage, Packaging, ServerDriver, Skew
+from tests.server_contract import driver as contract
+from tests.server_contract.driver import ServerDriver, why_missing
 
 
 def _silent(server: Server) -> None:
@@ -50,14 +42,6 @@ def _connections(server: Server, namespace: str) -> int:
     return int(row[0])
 
 
-def _missing(options: Mapping[str, str]) -> str | None:
-    try:
-        find_postgres({})
-    except ProvisionUnavailable as exc:
-        return str(exc)
-    return None
-
-
 def _pool_refilled(storage: Storage) -> None:
     """The pool itself comes back: calls are served by pooled connections again."""
     assert isinstance(storage, PostgresStorage)
@@ -68,11 +52,6 @@ def _pool_refilled(storage: Storage) -> None:
         time.sleep(0.05)
 
 
-def _entry_point() -> EntryPoint:
-    (ep,) = [e for e in entry_points(group="rdq.backends") if e.name == "postgres"]
-    return ep
-
-
 CLOSED = "postgresql://postgres:s3cret@127.0.0.1:{port}/test"
 
 DRIVER = ServerDriver(
@@ -80,12 +59,10 @@ DRIVER = ServerDriver(
     backend_ref="rdq_postgres.plugin:backend",
     store="postgres",
     shared_dsn=require_server,
-    ladder=Ladder(
+    ladder=contract.Ladder(
         bin_dir_option="pg_bin_dir",
         local_dsn=lambda port: f"postgresql://postgres@127.0.0.1:{port}/rdq",
-        local_faults=frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS}),
         datadir=lambda workdir: workdir / "pgdata",
-        origin_details=lambda server: (),
         given_type=PostgresServer,
         given_origin=lambda local, dsn: f"given DSN {mask_dsn(dsn)}",
         given_faults=frozenset({CUT_CONNECTIONS}),
@@ -113,7 +90,6 @@ DRIVER = ServerDriver(
             ("pg_max_connections", "2.5", "a positive whole number ("),
         ),
         ladder_bad_option=("pg_start_timeout", "-1", "pg_start_timeout='-1': expected a positive"),
-        port_taken_log="Address already in use",
         server_user="postgres",
         durability=lambda server: (
             re.escape(
@@ -122,18 +98,14 @@ DRIVER = ServerDriver(
             )
             + ".*"
         ),
-        durability_load=100,
         clean_stop_log="database system is shut down",
         assert_silent=_silent,
-        admin_fails_while_down=True,
         connections=_connections,
-        missing_for=_missing,
+        missing_for=lambda options: why_missing(lambda: find_postgres({})),
     ),
-    outage=Outage(
+    outage=contract.Outage(
         open_down=lambda server, ns: PostgresStorage(server.dsn, ns, min_size=2, max_size=4),
-        fail_fast_s=3.0,
         down_text=r"(?i)connect",
-        default_fails_within=3.0,
         recover_s=3.0,
         native_errors=(psycopg.Error,),
         closed_port_storage=lambda port: PostgresStorage(
@@ -141,13 +113,11 @@ DRIVER = ServerDriver(
         ),
         closed_port_dsn=lambda port: CLOSED.format(port=port),
         closed_port_text=r"(?i)refused|connect",
-        closed_port_within=(0.0, 3.0),
-        server_down_text="does not answer",
         server_down_within=6.0,
         masked="postgresql://postgres:***@127.0.0.1",
         settles=_pool_refilled,
     ),
-    packaging=Packaging(
+    packaging=contract.Packaging(
         storage_modules=(
             "rdq_postgres",
             "rdq_postgres.storage",
@@ -167,16 +137,12 @@ DRIVER = ServerDriver(
             "rdq_postgres.options",
         ),
         unreachable_dsn="postgresql://postgres@127.0.0.1:1/test?connect_timeout=1",
-        entry_point=_entry_point,
         backend_class=PostgresBackend,
         storage_class=PostgresStorage,
-        max_payload_bytes=None,
-        server_payload_limit=None,
         clock=CLOCK_DESCRIPTION,
         clock_marker="now()",
-        unknown_durability="unknown: the settings could not be read (",
     ),
-    skew=Skew(on_shared=False),
+    skew=contract.Skew(on_shared=False),
     why_not={
         "reply_loss": "no reply-losing proxy case for PostgreSQL (its lost sessions are "
         "the pg_terminate_backend cases of test_postgres_unavailable.py)",

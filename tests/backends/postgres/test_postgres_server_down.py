@@ -19,8 +19,8 @@ from rdq_postgres.local import LocalPostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.errors import BackendUnavailable
+from tests._processes import timed, until_works
 from tests.backends.postgres._pg_support import ensure_running, local_server, sleep_on_server
-from tests.server_contract.processes import timed, until_works
 
 #: A call on an open storage must give up within this while the server is down (the pool
 #: timeout, 10 s, is what it used to wait).

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Mapping
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +20,11 @@ from rdq_redis.plugin import RedisBackend
 from rdq_redis.server import RedisServer
 from rdq_redis.storage import CLOCK_DESCRIPTION, RedisStorage
 
-from rdq_compliance.provision.backend import (
-    CUT_CONNECTIONS,
-    KILL_SERVER,
-    PAUSE_SERVER,
-    RESTART_SERVER,
-    ProvisionUnavailable,
-    Server,
-)
+from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
 from rdq_core.spi import Storage
 from tests.backends.redis._redis_support import require_server, warm
-from tests.server_contract.driver import (
-    Ladder,
-    Outage,
-    Packaging,
-    ReplyLoss,
-    ServerDriver,
-    Skew,
-    slots,
-)
+from tests.server_contract import driver as contract
+from tests.server_contract.driver import ServerDriver, slots, why_missing
 
 
 def _silent(server: Server) -> None:
@@ -62,11 +47,7 @@ def _connections(server: Server, namespace: str) -> int:
 
 
 def _missing(options: Mapping[str, str]) -> str | None:
-    try:
-        find_redis(None, cluster=bool(options.get("redis_cluster")))
-    except ProvisionUnavailable as exc:
-        return str(exc)
-    return None
+    return why_missing(lambda: find_redis(None, cluster=bool(options.get("redis_cluster"))))
 
 
 def _usual_dirs() -> list[Path]:
@@ -82,11 +63,6 @@ def _through(proxy: Any, server: Server, namespace: str, mode: str) -> Storage:
     return storage
 
 
-def _entry_point() -> EntryPoint:
-    (ep,) = [e for e in entry_points(group="rdq.backends") if e.name == "redis"]
-    return ep
-
-
 CLOSED = "redis://u:s3cret@127.0.0.1:{port}/0"
 
 DRIVER = ServerDriver(
@@ -94,10 +70,9 @@ DRIVER = ServerDriver(
     backend_ref="rdq_redis.plugin:backend",
     store="redis",
     shared_dsn=require_server,
-    ladder=Ladder(
+    ladder=contract.Ladder(
         bin_dir_option="redis_bin_dir",
         local_dsn=lambda port: f"redis://127.0.0.1:{port}/0",
-        local_faults=frozenset({KILL_SERVER, RESTART_SERVER, PAUSE_SERVER, CUT_CONNECTIONS}),
         datadir=lambda workdir: workdir / "redis-0",
         origin_details=lambda server: (
             f"on 127.0.0.1:{slots(server)[0].port} (persistence aof: --appendonly yes "
@@ -137,46 +112,36 @@ DRIVER = ServerDriver(
             "sometimes",
             "redis_persistence='sometimes': expected one of",
         ),
-        port_taken_log="Address already in use",
-        server_user=None,
         durability=lambda server: re.escape(
             f"appendonly yes, appendfsync always on 127.0.0.1:{slots(server)[0].port}: a reply "
             "leaves only after its AOF record is written to the file"
         ),
-        durability_load=100,
         clean_stop_log="Redis is now ready to exit",  # SIGTERM
         assert_silent=_silent,
-        admin_fails_while_down=True,
         connections=_connections,
         cut_reconnects_first=True,
         runner_cases=(("server", {}), ("cluster", {"redis_cluster": "3"})),
         missing_for=_missing,
     ),
-    outage=Outage(
+    outage=contract.Outage(
         open_down=lambda server, ns: RedisStorage(server.dsn, ns),
-        fail_fast_s=3.0,
         down_text=r"nothing was done|outcome is unknown",
-        default_fails_within=3.0,
-        recover_s=None,
         native_errors=(redis.RedisError,),
         closed_port_storage=lambda port: RedisStorage(
             CLOSED.format(port=port), "rdq_nowhere", connect_timeout=1
         ),
         closed_port_dsn=lambda port: CLOSED.format(port=port),
         closed_port_text=r"cannot connect.*nothing was done",
-        closed_port_within=(0.0, 3.0),
-        server_down_text="does not answer",
-        server_down_within=3.0,
         masked="redis://u:***@127.0.0.1",
     ),
-    reply_loss=ReplyLoss(
+    reply_loss=contract.ReplyLoss(
         modes=("server",),
         open=_through,
         complete_request=None,
         complete_tries=1,
         unknown_text=r"mid-call.*outcome is unknown",
     ),
-    packaging=Packaging(
+    packaging=contract.Packaging(
         storage_modules=(
             "rdq_redis",
             "rdq_redis.storage",
@@ -197,14 +162,10 @@ DRIVER = ServerDriver(
             "rdq_redis.options",
         ),
         unreachable_dsn="redis://127.0.0.1:1/0",
-        entry_point=_entry_point,
         backend_class=RedisBackend,
         storage_class=RedisStorage,
-        max_payload_bytes=None,  # the server's limit (512 MB) is above the kit's
-        server_payload_limit=None,
         clock=CLOCK_DESCRIPTION,
         clock_marker="redis TIME",
-        unknown_durability="unknown: the settings could not be read (",
     ),
-    skew=Skew(on_shared=True),
+    skew=contract.Skew(on_shared=True),
 )

@@ -1,5 +1,6 @@
-"""Process and timing helpers of the contract bodies: which processes are alive, waiting
-for them to go, the kit's watchdogs, a call timed, a call retried until it works."""
+"""Process and timing helpers of the kit's own tests (the server contract's bodies, the
+backends' and the provisioning tests): which processes are alive, waiting for them to
+go, the kit's watchdogs, a call timed, a call retried while it is BackendUnavailable."""
 
 from __future__ import annotations
 
