@@ -131,11 +131,14 @@ class Outage:
     recover_s: float | None = None
     #: the bounds of a call's wait on the closed port (s)
     closed_port_within: tuple[float, float] = (0.0, 3.0)
-    #: a regex the ``Server`` for that DSN fails with, and its bound (s)
+    #: a regex the ``Server`` for that DSN fails with (``{port}``: the closed port), and
+    #: its bound (s)
     server_down_text: str = "does not answer"
     server_down_within: float = 3.0
     #: the errors carry no chained driver exception (no traceback of the driver)
     unchained: bool = False
+    #: before the kill: whether the storage holds pooled connections (None: no pool)
+    pooled: Callable[[Storage], bool] | None = None
     #: after recovery, what more settles (a pool refilled), as a call that raises if not
     settles: Callable[[Storage], None] | None = None
 

@@ -149,7 +149,7 @@ DRIVER = ServerDriver(
         closed_port_dsn=lambda port: CLOSED.format(port=port),
         closed_port_text=r"no MySQL/MariaDB server answers at mysql://root@127\.0\.0\.1:\d+",
         server_down_text=(
-            r"no MySQL/MariaDB server answers at mysql://root@127\.0\.0\.1:\d+ .*"
+            r"no MySQL/MariaDB server answers at mysql://root@127\.0\.0\.1:{port} .*"
             r"start one, or fix the host and port"
         ),
         masked="mysql://root@127.0.0.1",

@@ -115,6 +115,7 @@ DRIVER = ServerDriver(
         closed_port_text=r"(?i)refused|connect",
         server_down_within=6.0,
         masked="postgresql://postgres:***@127.0.0.1",
+        pooled=lambda storage: storage._source.pool().get_stats()["pool_size"] >= 1,  # type: ignore[attr-defined]
         settles=_pool_refilled,
     ),
     packaging=contract.Packaging(
