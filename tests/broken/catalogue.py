@@ -53,8 +53,8 @@ PARTITION = "tests/chaos/test_chaos_partition.py"
 FAILOVER = "tests/chaos/test_chaos_failover.py"
 
 
-def _skew_test(store: str) -> str:
-    return f"tests/backends/{store}/test_{store}_clock_skew.py"
+#: The server contract's clock-skew body, run once per server backend.
+SKEW = "tests/server_contract/test_clock_skew.py"
 
 
 # ---- the layers ---------------------------------------------------------------------------------
@@ -269,8 +269,8 @@ def _standard(*rules: str) -> Campaign:
     return Campaign(STANDARD, "standard", rules)
 
 
-def _skew(store: str) -> Campaign:
-    return Campaign(_skew_test(store), "clock", ("storage-clock",), fault="clock_skew")
+def _skew() -> Campaign:
+    return Campaign(SKEW, "clock", ("storage-clock",), fault="clock_skew")
 
 
 _STALE = "test_lease.py::test_stale_token_is_refused_and_changes_nothing"
@@ -682,7 +682,7 @@ CLASSES: tuple[BugClass, ...] = (
                 )}),
                 _m("storage-clock"),
             ),
-            postgres=_skew("postgres"),
+            postgres=_skew(),
             redis=(
                 Suite(
                     REDIS_SUITE,
@@ -692,9 +692,9 @@ CLASSES: tuple[BugClass, ...] = (
                     also=_CLOCK_LEANING,
                     caught=False,
                 ),
-                _skew("redis"),
+                _skew(),
             ),
-            mongo=_skew("mongo"),
+            mongo=_skew(),
         ),
     ),
     BugClass(

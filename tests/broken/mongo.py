@@ -22,7 +22,7 @@ a task the bug hit.
 - ``client_clock``: the claim's instant ``T`` — its filter (due and expired leases) and
   the times it stamps — is the client's clock (``time.time_ns()``), not the server's
   ``$$NOW``: only skewed client clocks show it (the clock-skew campaign,
-  ``test_mongo_clock_skew.py``);
+  ``tests/server_contract/test_clock_skew.py``);
 - ``control``: the real storage through this same module.
 """
 

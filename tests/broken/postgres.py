@@ -5,7 +5,7 @@
   the worker's ``datetime.now(UTC)`` bound as a parameter — instead of the server's
   ``now()``. Every lease is then stamped and judged on whichever worker's clock made the
   call. On one host that clock is the server's, so nothing but skewed client clocks tells
-  the two apart (``test_postgres_clock_skew.py``).
+  the two apart (``tests/server_contract/test_clock_skew.py``).
 - ``acks_timed_out_reports`` (only a server freeze exposes it) and
   ``hb_timeout_taken_as_extended`` (only a network partition): a call the server left
   unanswered taken as applied (:mod:`tests.broken._unanswered`).

@@ -25,6 +25,7 @@ import pytest
 from rdq_compliance.provision.ports import free_port, port_open
 from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, run_to_completion
 from rdq_compliance.provision.users import resolve_user
+from tests._processes import alive, wait_gone
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX process management")
 
@@ -51,24 +52,6 @@ SERVER = textwrap.dedent(
 
 def server_argv(port: int, delay: float = 0.0, ignore_term: bool = False) -> list[str]:
     return [sys.executable, "-c", SERVER, str(port), str(delay), "1" if ignore_term else "0"]
-
-
-def alive(pids: list[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive(pids)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ it (closed afterwards).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from rdq_mongo.storage import MongoStorage
 
 from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable
 from rdq_core.errors import BackendUnavailable
+from tests._fixtures import Storages, closed_after, namespace_of, storages
 
 
 @pytest.fixture(scope="session")
@@ -35,28 +36,20 @@ def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServ
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"no MongoDB server for the mongo tests (CI is set): {exc}")
         pytest.skip(f"no MongoDB server for the mongo tests: {exc}")
-    yield server
-    server.close()
+    yield from closed_after(server)
 
 
 @pytest.fixture
 def namespace(mongo_server: MongoServer) -> Iterator[str]:
-    ns = mongo_server.create_namespace()
-    yield ns
-    mongo_server.drop_namespace(ns)
+    yield from namespace_of(mongo_server)
 
 
 @pytest.fixture
-def connect(mongo_server: MongoServer, namespace: str) -> Iterator[Callable[..., MongoStorage]]:
-    """Open storages on the test's namespace (``uri=`` another address or options of the
-    server; keyword arguments as for MongoStorage); all closed afterwards."""
-    opened: list[MongoStorage] = []
+def connect(mongo_server: MongoServer, namespace: str) -> Iterator[Storages[MongoStorage]]:
+    """Open storages on the test's namespace (another address or options of the server
+    first; keyword arguments as for MongoStorage); all closed afterwards."""
 
     def open_(uri: str | None = None, **kwargs: Any) -> MongoStorage:
-        storage = MongoStorage(uri or mongo_server.dsn, namespace, **kwargs)
-        opened.append(storage)
-        return storage
+        return MongoStorage(uri or mongo_server.dsn, namespace, **kwargs)
 
-    yield open_
-    for storage in opened:
-        storage.close()
+    yield from storages(open_)

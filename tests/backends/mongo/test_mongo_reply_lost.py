@@ -1,8 +1,9 @@
 """A reply lost after the server acted (a TCP proxy forwards the request and drops the
 reply, :mod:`_tcp_proxy`): a ``complete`` retried by the driver succeeds exactly once, an
 enqueue retried is idempotent, a claim either returns the claim or reports unavailable
-— never two live claims, never a claim held by a token nobody has — and the chaos
-journal records a reply lost for good as unknown (``info``).
+— never two live claims, never a claim held by a token nobody has. (A complete whose
+replies are all lost, unknown then fenced, and the journal's ``info`` for it are the
+server contract's, ``tests/server_contract/test_server_down.py``, in both modes below.)
 
 Each case runs twice: on the server as it is (SecantusDB, like MongoDB, deduplicates a
 retried write by its session and transaction number) and through
@@ -12,19 +13,16 @@ write — a server that does not deduplicate; there rdq_mongo's own nonces decid
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import pytest
 from rdq_mongo import schema
 from rdq_mongo.storage import FIND_AND_MODIFY, UPDATE_THEN_READ
 
-from rdq_compliance.chaos.events import Journal
-from rdq_compliance.chaos.journal_observer import JournalObserver
 from rdq_core.errors import BackendUnavailable, StaleClaim
 from rdq_core.model import NewTask, Outcome, Status
-from rdq_core.worker import Worker
-from tests.backends.mongo._mongo_support import ForgetRetries, command, proxy_for, proxy_uri
+from tests.backends.mongo._mongo_support import command, proxy_for
+from tests.backends.mongo.driver import via_proxy
 
 LEASE = timedelta(minutes=1)
 
@@ -37,23 +35,24 @@ def proxy(mongo_server):
 
 
 @pytest.fixture(params=["deduplicating", "forgetful"])
-def via(request, proxy, mongo_server, connect):
-    """A storage through the proxy; ``forgetful``: retries reach the server as new writes."""
-    forget = ForgetRetries() if request.param == "forgetful" else None
-    proxy.rewrite = forget
+def via(request, proxy, mongo_server, namespace):
+    """Open storages through the proxy; ``forgetful``: retries reach the server as new
+    writes (the driver's :func:`~tests.backends.mongo.driver.via_proxy`)."""
+    opened = []
 
     def open_(**kwargs):
-        storage = connect(proxy_uri(proxy, mongo_server.dsn), **kwargs)
-        storage.stats("warm")  # indexes, flavour: the first call's own writes are done
+        storage = via_proxy(proxy, mongo_server, namespace, request.param, **kwargs)
+        opened.append(storage)
         return storage
 
-    open_.forget = forget
-    return open_
+    yield open_
+    for storage in opened:
+        storage.close()
 
 
-def _retried(via) -> None:
-    if via.forget is not None:
-        assert via.forget.rewritten >= 1, "the retry was not made to look new"
+def _retried(proxy) -> None:
+    if proxy.rewrite is not None:
+        assert proxy.rewrite.rewritten >= 1, "the retry was not made to look new"
 
 
 def test_a_complete_whose_first_reply_is_lost_succeeds_exactly_once(via, proxy):
@@ -63,7 +62,7 @@ def test_a_complete_whose_first_reply_is_lost_succeeds_exactly_once(via, proxy):
     proxy.drop_next_reply(when=command("update"))
     storage.complete("t", claim.token)  # the driver's retry found it done
     assert proxy.dropped == 1
-    _retried(via)
+    _retried(proxy)
     task = storage.get("t")
     assert task.status is Status.SUCCEEDED
     assert [a.outcome for a in task.attempts] == [Outcome.SUCCESS]
@@ -71,28 +70,12 @@ def test_a_complete_whose_first_reply_is_lost_succeeds_exactly_once(via, proxy):
         storage.complete("t", claim.token)
 
 
-def test_a_complete_whose_replies_are_all_lost_is_unknown_then_fenced(via, proxy):
-    storage = via()
-    storage.enqueue(NewTask("t", "q", "h"))
-    claim = storage.claim_due("q", 1, LEASE)[0]
-    proxy.drop_next_reply(when=command("update"), count=2)  # the first try and the retry
-    with pytest.raises(BackendUnavailable, match=r"lost the connection.*outcome is unknown"):
-        storage.complete("t", claim.token)
-    assert proxy.dropped == 2
-    task = storage.get("t")  # the server did act, once
-    assert task.status is Status.SUCCEEDED
-    assert [a.outcome for a in task.attempts] == [Outcome.SUCCESS]
-    with pytest.raises(StaleClaim):  # the caller's retry is fenced and changes nothing
-        storage.complete("t", claim.token)
-    assert storage.get("t") == task
-
-
 def test_an_enqueue_whose_reply_is_lost_is_idempotent(via, proxy, mongo_server, namespace):
     storage = via()
     proxy.drop_next_reply(when=command("insert"))
     assert storage.enqueue(NewTask("t", "q", "h", b"p")) is True  # its own insert, found
     assert proxy.dropped == 1
-    _retried(via)
+    _retried(proxy)
     assert storage.enqueue(NewTask("t", "q", "h", b"p")) is False  # a real duplicate
     assert storage.stats("q").pending == 1
     client = mongo_server.admin.connection()
@@ -112,7 +95,7 @@ def test_a_claim_whose_reply_is_lost_is_returned_or_unavailable_never_lost(via, 
         assert "outcome is unknown" in str(exc)
         claims = None
     assert proxy.dropped == 1
-    _retried(via)
+    _retried(proxy)
     task = storage.get("t")
     assert task.status is Status.IN_FLIGHT and task.attempts == ()
     if claims is not None:
@@ -124,34 +107,3 @@ def test_a_claim_whose_reply_is_lost_is_returned_or_unavailable_never_lost(via, 
     if claims is not None:
         storage.complete("t", claims[0].token)
         assert storage.get("t").status is Status.SUCCEEDED
-
-
-def test_a_lost_reply_is_journaled_as_info_and_the_worker_settles_it(via, proxy, tmp_path):
-    """The worker's report of a complete whose replies were all lost: the journal says
-    ``info`` (unknown), the worker's retry is refused as stale and settled by reading the
-    history, which shows the first try took effect, once."""
-    storage = via()
-    storage.enqueue(NewTask("job", "q", "h"))
-    path = tmp_path / "w0.jsonl"
-    journal = Journal(path, "w0")
-
-    def handler(ctx: object) -> None:
-        proxy.drop_next_reply(when=command("update"), count=2)  # the complete, and its retry
-
-    worker = Worker(
-        storage,
-        "q",
-        {"h": handler},
-        observer=JournalObserver(journal),
-        lease=timedelta(seconds=10),
-        poll_interval=timedelta(milliseconds=20),
-    )
-    assert worker.run_once() == 1
-    journal.close()
-    events = [json.loads(line) for line in path.read_text().splitlines()]
-    reports = [(e["type"], e.get("error")) for e in events if e["op"] == "complete"]
-    assert reports[:2] == [("invoke", None), ("info", "unavailable")], reports
-    assert proxy.dropped == 2
-    task = storage.get("job")
-    assert task.status is Status.SUCCEEDED
-    assert [a.outcome for a in task.attempts] == [Outcome.SUCCESS]

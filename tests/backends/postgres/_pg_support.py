@@ -57,7 +57,7 @@ def count_rows(conn: psycopg.Connection, schema: str, where: str = "TRUE") -> in
 def local_server(prefix: str) -> Iterator[LocalPostgresServer]:
     """A private server from local binaries (the kit's rung 2) that a test may kill and
     restart, in a fresh work folder removed afterwards; skip where PostgreSQL's server
-    binaries are not installed. For a module-scoped fixture, as in test_provisioning.py."""
+    binaries are not installed. For a module-scoped fixture, as in test_postgres_server_down.py."""
     from rdq_postgres.local import LocalPostgresServer
     from rdq_postgres.plugin import backend
 

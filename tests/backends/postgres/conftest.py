@@ -15,6 +15,7 @@ import pytest
 from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import PostgresStorage
 
+from tests._fixtures import closed_after, namespace_of
 from tests.backends.postgres._pg_support import require_server
 
 
@@ -25,23 +26,17 @@ def dsn() -> str:
 
 @pytest.fixture(scope="session")
 def server(dsn: str) -> Iterator[PostgresServer]:
-    srv = PostgresServer(dsn)
-    yield srv
-    srv.close()
+    yield from closed_after(PostgresServer(dsn))
 
 
 @pytest.fixture
 def namespace(server: PostgresServer) -> Iterator[str]:
-    ns = server.create_namespace()
-    yield ns
-    server.drop_namespace(ns)
+    yield from namespace_of(server)
 
 
 @pytest.fixture
 def storage(dsn: str, namespace: str) -> Iterator[PostgresStorage]:
-    st = PostgresStorage(dsn, namespace)
-    yield st
-    st.close()
+    yield from closed_after(PostgresStorage(dsn, namespace))
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Where the test server is (a clean module-level skip when it does not answer, a failure
-under ``CI=true``), a TCP proxy that loses replies on demand, a 3-master cluster on
-loopback (the backend's own local rung), and a lifecycle that runs every script of the
-backend."""
+under ``CI=true``), a warm-up that caches every script, a TCP proxy that loses replies on
+demand, a 3-master cluster on loopback (the backend's own local rung), and a lifecycle
+that runs every script of the backend."""
 
 from __future__ import annotations
 
@@ -78,6 +78,14 @@ def free_port(*, bus: bool = False) -> int:
                 continue
         return port
     raise RuntimeError("no free port pair found")
+
+
+def warm(storage: Storage, queue: str) -> None:
+    """One full cycle, so every script is cached on the server (no NOSCRIPT later)."""
+    storage.enqueue(NewTask(f"warm-{queue}", queue, "h"))
+    claim = storage.claim_due(queue, 1, timedelta(minutes=1))[0]
+    storage.extend_lease(claim.task_id, claim.token, timedelta(minutes=1))
+    storage.complete(claim.task_id, claim.token)
 
 
 # ---- a proxy that loses replies -----------------------------------------------------------

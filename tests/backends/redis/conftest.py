@@ -14,6 +14,7 @@ import pytest
 from rdq_redis.plugin import RedisServer
 from rdq_redis.storage import RedisStorage
 
+from tests._fixtures import Storages, closed_after, namespace_of, storages
 from tests.backends.redis._redis_support import require_server
 
 
@@ -24,32 +25,23 @@ def dsn() -> str:
 
 @pytest.fixture(scope="session")
 def server(dsn: str) -> Iterator[RedisServer]:
-    srv = RedisServer(dsn)
-    yield srv
-    srv.close()
+    yield from closed_after(RedisServer(dsn))
 
 
 @pytest.fixture
 def namespace(server: RedisServer) -> Iterator[str]:
-    ns = server.create_namespace()
-    yield ns
-    server.drop_namespace(ns)
+    yield from namespace_of(server)
 
 
 @pytest.fixture
-def connect(dsn: str, namespace: str) -> Iterator[Callable[..., RedisStorage]]:
-    """Open storages on the test's namespace (``dsn=`` another address of the server,
+def connect(dsn: str, namespace: str) -> Iterator[Storages[RedisStorage]]:
+    """Open storages on the test's namespace (another address of the server first,
     keyword arguments as for RedisStorage); all closed afterwards."""
-    opened: list[RedisStorage] = []
 
     def open_(dsn_: str | None = None, **kwargs: object) -> RedisStorage:
-        storage = RedisStorage(dsn_ or dsn, namespace, **kwargs)  # type: ignore[arg-type]
-        opened.append(storage)
-        return storage
+        return RedisStorage(dsn_ or dsn, namespace, **kwargs)  # type: ignore[arg-type]
 
-    yield open_
-    for storage in opened:
-        storage.close()
+    yield from storages(open_)
 
 
 @pytest.fixture

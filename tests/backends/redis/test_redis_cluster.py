@@ -9,7 +9,6 @@ node) are tested on a rung of their own."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -35,6 +34,8 @@ from rdq_compliance.provision.backend import (
 from rdq_compliance.provision.ports import port_open
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
+from tests._fixtures import namespace_of
+from tests._processes import until_works
 from tests.backends.redis._redis_support import CLUSTER_ENV, lifecycle, local_cluster, with_query
 
 
@@ -61,9 +62,7 @@ def client(cluster_dsn: str) -> Iterator[RedisCluster]:
 
 @pytest.fixture
 def cluster_ns(cluster_server: RedisServer) -> Iterator[str]:
-    ns = cluster_server.create_namespace()
-    yield ns
-    cluster_server.drop_namespace(ns)
+    yield from namespace_of(cluster_server)
 
 
 def _node_of(client: RedisCluster, key: str) -> str:
@@ -260,7 +259,7 @@ def test_kill_and_restart_apply_to_every_node_and_keep_every_queue(
         rung.restart()  # every node again on its port and data; cluster_state:ok again
         assert len(rung.pids()) == 3
         for queue in queues:
-            task = _retrying(lambda q=queue: storage.get(f"{q}-kept"))
+            task = until_works(lambda q=queue: storage.get(f"{q}-kept"))
             assert task.queue == queue
     finally:
         storage.close()
@@ -277,14 +276,3 @@ def test_pause_stops_every_node_until_resume(rung: LocalRedisServer) -> None:
     assert psutil.STATUS_STOPPED not in {psutil.Process(p).status() for p in pids}
     namespace = rung.create_namespace()  # it answers again
     rung.drop_namespace(namespace)
-
-
-def _retrying(fn, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except BackendUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)

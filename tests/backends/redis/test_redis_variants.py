@@ -24,7 +24,8 @@ the scripts' undeclared-key guard (``rdq_check_keys=1``) catches it there too.
 **Caught by the clock skew only**: the client-clock variant (``now`` sent in ``ARGV``).
 On one host the client's clock is the server's, so the conformance suite passes it (shown
 below); the chaos campaign with skewed worker clocks (``chaos/clock.toml``) fails it under
-``storage-clock``, naming the task and the workers (``test_redis_clock_skew.py``).
+``storage-clock``, naming the task and the workers
+(``tests/server_contract/test_clock_skew.py``).
 """
 
 from __future__ import annotations
@@ -247,7 +248,7 @@ def test_suite_alone_does_not_catch_the_client_clock_variant(tmp_path: Path, dsn
     """The claim stamps leases on the client's clock (victims: every claimed task); the
     claim and lease tests that lean on the clock run too, and pass: on one host the
     client's clock is the server's. The clock-skew campaign catches it
-    (``test_redis_clock_skew.py``)."""
+    (``tests/server_contract/test_clock_skew.py``)."""
     case = CLIENT_CLOCK
     run = run_suite(tmp_path, case.variant, case.where, dsn, ["-k", case.keyword])
     assert run.passed and run.ret in (0, 1), run.describe() + run.output[-3000:]
