@@ -60,6 +60,8 @@ def _wait_ready(container: KitContainer, port: int, password: str, timeout: floa
             password=password,
             database=_DATABASE,
             connect_timeout=2,
+            read_timeout=2,
+            write_timeout=2,
         ).close()
 
     container.wait_ready(connect, timeout, errors=(pymysql.err.MySQLError, OSError))

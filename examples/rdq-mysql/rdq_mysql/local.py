@@ -148,6 +148,10 @@ class LocalMySqlNode(ProcessSlot):
         return self.base / "mysqld.sock"
 
     @property
+    def pid_file(self) -> Path:
+        return self.base / "mysqld.pid"
+
+    @property
     def tmpdir(self) -> Path:
         """The server's own folder for temporary tables. Never the shared ``/tmp``: at
         startup a server deletes every ``#sql*`` file in its tmpdir, which would pull the
@@ -204,7 +208,7 @@ class LocalMySqlNode(ProcessSlot):
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             f"--socket={self.socket}",
-            f"--pid-file={self.base / 'mysqld.pid'}",
+            f"--pid-file={self.pid_file}",
             f"--tmpdir={self.tmpdir}",
             f"--init-file={self.init_file}",
             "--skip-name-resolve",
@@ -219,8 +223,16 @@ class LocalMySqlNode(ProcessSlot):
         ]
 
     def probe(self) -> bool:
+        # every wait bounded: whoever holds the port (a listener that never speaks, a
+        # server still starting) gets two seconds to answer, then the start loop looks again
         conn = pymysql.connect(
-            host="127.0.0.1", port=self.port, user="root", database=DATABASE, connect_timeout=2
+            host="127.0.0.1",
+            port=self.port,
+            user="root",
+            database=DATABASE,
+            connect_timeout=2,
+            read_timeout=2,
+            write_timeout=2,
         )
         conn.close()
         return True
@@ -238,7 +250,14 @@ class LocalMySqlNode(ProcessSlot):
 
     def remove(self) -> None:
         super().remove()
-        for path in (self.init_file, self.base / "install.log", self.socket):
+        # what the server leaves beside its data (a SIGKILLed one keeps its pid file)
+        for path in (
+            self.init_file,
+            self.base / "install.log",
+            self.socket,
+            self.pid_file,
+            self.tmpdir,
+        ):
             remove_tree(path)
         if self.private_base:
             remove_tree(self.base)

@@ -182,11 +182,5 @@ DRIVER = ServerDriver(
     skew=contract.Skew(on_shared=True),
     why_not={
         "reply_loss": "no reply-losing proxy case for the MariaDB example",
-        "port_taken": "the example's readiness probe (pymysql.connect, connect_timeout "
-        "only) blocks for ever on a port held by a listener that never speaks",
-    },
-    known_bugs={
-        "close_leftovers": "close() leaves <workdir>/tmp, the server's tmpdir, behind "
-        "(LocalMySqlNode.remove deletes it only with a private base)",
     },
 )
