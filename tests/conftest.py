@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests import _schedule
+
 pytest_plugins = ["pytester"]
 
 
@@ -22,3 +24,13 @@ def no_docker(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     monkeypatch.setenv("DOCKER_HOST", f"unix://{missing}")
     monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
     monkeypatch.setenv("TESTCONTAINERS_HOST_OVERRIDE", "")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _schedule.hand_out_few(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long tests first (``tests/_schedule.py``): the two xdist workers then finish
+    together instead of one running the longest test alone at the end."""
+    _schedule.longest_first(items, _schedule.load())
