@@ -106,6 +106,12 @@ class Server(ABC):
     #: may run on this server (a throughput allowance for a slow server: the rules
     #: checked are the same, only the patience grows).
     race_time_factor: float = 1.0
+    #: The share of the conformance suite's claim races' tasks run on this server (the
+    #: same workers, limits and checks, fewer tasks): 1.0 but for a server too slow to
+    #: race the full count in CI time, the way ``chaos_scenario`` picks the compact
+    #: campaign; never below a floor of tasks per worker
+    #: (:func:`rdq_compliance.suite.concurrency.race_tasks`).
+    race_size: float = 1.0
 
     @abstractmethod
     def create_namespace(self) -> str:

@@ -216,3 +216,15 @@ def final_state_problems(storage: Storage, task_ids: Iterable[str]) -> list[str]
                 f"one SUCCESS attempt)"
             )
     return problems
+
+
+#: The fewest tasks per racing worker, whatever ``Server.race_size`` says.
+MIN_TASKS_PER_WORKER = 25
+
+
+def race_tasks(server: object, workers: int, per_worker: int) -> int:
+    """The race's task count on ``server``: ``workers * per_worker`` scaled by its
+    ``race_size`` (1.0 unless the server says it is slow), at least
+    :data:`MIN_TASKS_PER_WORKER` a worker."""
+    size = float(getattr(server, "race_size", 1.0))
+    return workers * max(MIN_TASKS_PER_WORKER, round(per_worker * min(1.0, size)))

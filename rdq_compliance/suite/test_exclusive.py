@@ -22,6 +22,7 @@ from rdq_compliance.suite.concurrency import (
     WorkerReport,
     final_state_problems,
     one_claim_problems,
+    race_tasks,
 )
 from rdq_compliance.suite.helpers import LONG_LEASE, enqueue
 
@@ -30,15 +31,15 @@ pytestmark = pytest.mark.rdq_conformance
 Q = "race"
 #: How long a race may run before a worker gives up (it is reported as a failure).
 RACE_DEADLINE_S = 30.0
-
-
 def test_threads_never_share_a_claim(rdq_storage, rdq_connect, rdq_server):
     """Rule one-claim: 8 threads, each with its own storage handle, race to claim and
     complete 200 due tasks with small random limits; every task is claimed exactly once
     and ends SUCCEEDED with exactly one attempt. The race may take
-    ``Server.race_time_factor`` times the usual deadline (a slow server)."""
+    ``Server.race_time_factor`` times the usual deadline, on ``Server.race_size`` of the
+    tasks (a slow server)."""
     race_deadline_s = RACE_DEADLINE_S * max(1.0, float(rdq_server.race_time_factor))
-    threads, tasks = 8, 200
+    threads = 8
+    tasks = race_tasks(rdq_server, threads, 25)
     ids = [enqueue(rdq_storage, Q) for _ in range(tasks)]
     handles = [rdq_connect() for _ in range(threads)]
     start = threading.Barrier(threads)
@@ -70,8 +71,10 @@ def test_processes_never_share_a_claim(rdq_storage, rdq_spec, rdq_server):
     """Rule one-claim: 4 OS processes (spawned, each opening the storage itself) start
     together and race to claim and complete 1200 due tasks with small random limits;
     every task is claimed exactly once and ends SUCCEEDED with exactly one attempt. The
-    race may take ``Server.race_time_factor`` times the usual deadline (a slow server)."""
-    processes, tasks = 4, 4 * 300
+    race may take ``Server.race_time_factor`` times the usual deadline, on
+    ``Server.race_size`` of the tasks (a slow server)."""
+    processes = 4
+    tasks = race_tasks(rdq_server, processes, 300)
     race_deadline_s = RACE_DEADLINE_S * max(1.0, float(rdq_server.race_time_factor))
     ids = [enqueue(rdq_storage, Q) for _ in range(tasks)]
     ctx = multiprocessing.get_context("spawn")
