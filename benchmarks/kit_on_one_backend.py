@@ -146,7 +146,8 @@ def main() -> int:
                 ok = ok and passed
     print("\nCommands (from a temporary folder):")
     for backend in backends:
-        print(f"  {backend}: {shown(command(backend, args.kit, args, Path('j.xml')))}")
+        name = backend.split(" ")[-1]
+        print(f"  {backend}: {shown(command(name, args.kit, args, Path('j.xml')))}")
     keys = ["conformance", "stateful", "chaos", "chaos enqueue", "chaos faults", "chaos drain",
             "chaos check"]  # fmt: skip
     print("\n| backend | wall per round (s) | load (1 min) at start | tests | "
