@@ -173,8 +173,10 @@ class Session:
         return StorageSpec(self.name, server.dsn, server.create_namespace())
 
     def drop_namespace(self, spec: StorageSpec) -> None:
-        """Remove a namespace and everything in it (idempotent)."""
-        self.server.drop_namespace(spec.namespace)
+        """Remove a namespace and everything in it (idempotent): now, or in the background
+        where the server can (``Server.discard_namespace``; closing the session drops it at
+        the latest). Nothing may use it any more."""
+        self.server.discard_namespace(spec.namespace)
 
     @contextmanager
     def namespace(self) -> Iterator[StorageSpec]:

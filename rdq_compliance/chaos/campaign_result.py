@@ -57,8 +57,13 @@ class CampaignResult:
     checker_error: str | None = None
     drained: bool = False
     duration: float = 0.0
+    #: seconds from the start until the tasks were enqueued (set-up included)
+    enqueue_time: float = 0.0
+    #: seconds from the start until the last fault was applied (the window's end)
     fault_phase: float = 0.0
     drain_time: float = 0.0
+    #: seconds from the drain's end until the verdict (workers stopped, state read, checked)
+    check_time: float = 0.0
     started_at: float = 0.0
     workers_left: list[int] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)

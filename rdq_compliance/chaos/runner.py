@@ -237,6 +237,7 @@ def run_campaign(
     try:
         report_progress("enqueue", force=True)
         enqueue_all(storage, tasks, journal)
+        result.enqueue_time = time.monotonic() - t0
         fleet.start()
         nemesis = Nemesis(
             plan, scenario, fleet, server, storage, namespace, journal, counters, network=network
@@ -283,6 +284,7 @@ def run_campaign(
     events = read_history(history_dir.glob("*.jsonl"))
     result.violations, result.checker_error = run_checker(events, final)
     result.checked = result.checker_error is None
+    result.check_time = time.monotonic() - d0 - result.drain_time
     result.tasks = {
         "enqueued": len(tasks),
         "succeeded": stats.succeeded,

@@ -121,6 +121,12 @@ class Server(ABC):
     def drop_namespace(self, namespace: str) -> None:
         """Remove a namespace and everything in it; idempotent."""
 
+    def discard_namespace(self, namespace: str) -> None:
+        """The caller is done with ``namespace``: drop it now, or later in the background
+        (a server that can keeps test set-up off the clock that way); :meth:`close` drops
+        it at the latest. Nothing may use the namespace any more. Default: drop it now."""
+        self.drop_namespace(namespace)
+
     @abstractmethod
     def close(self) -> None:
         """Stop what the kit started; leave a given server running."""

@@ -182,7 +182,7 @@ class ReclaimIgnoresLease(SplitClaim):
     The claim's due scan takes an IN_FLIGHT task once it was claimed more than
     ``grace`` seconds ago ("stalled"), judging it by its age instead of by its lease,
     which heartbeats keep extending: it reclaims tasks from workers that are alive and
-    still running them. ``grace`` (default 0.5 s, a third of the standard scenario's
+    still running them. ``grace`` (default 0.5 s, half the standard scenario's
     lease) spares the short tasks, so the run is not pure chaos.
 
     Incident: PRIOR-ART.md's "job re-picked while still running" (pgqueuer #430,

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from rdq_core.errors import InvalidArgument
@@ -143,7 +144,22 @@ def _statement(template: str, schema: str) -> sql.Composed:
 
 
 def ledger_versions(conn: psycopg.Connection, schema: str) -> list[int] | None:
-    """Versions recorded in the schema's ledger, ascending; ``None`` if it has no ledger."""
+    """Versions recorded in the schema's ledger, ascending; ``None`` if it has no ledger.
+
+    Outside a transaction (what opening a storage does) one query reads the ledger and a
+    missing one is told by its error: on a new session that is ~3 ms cheaper than asking
+    the catalog first (``pg_tables`` loads much of it). Inside a transaction, where an
+    error would abort it, the catalog is asked first."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        try:
+            rows = conn.execute(
+                sql.SQL("SELECT version FROM {}.rdq_migrations ORDER BY version").format(
+                    sql.Identifier(schema)
+                )
+            ).fetchall()
+        except pg_errors.UndefinedTable:
+            return None
+        return [int(r[0]) for r in rows]
     exists = conn.execute(
         "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = %s",
         (schema, "rdq_migrations"),
@@ -222,6 +238,30 @@ def _schema_exists(conn: psycopg.Connection, schema: str) -> bool:
 def create_namespace(conn: psycopg.Connection, schema: str) -> list[int]:
     """Create ``schema`` (if missing) with every migration; idempotent and concurrency-safe."""
     return migrate(conn, schema, create_schema=True)
+
+
+def create_new_namespace(conn: psycopg.Connection, schema: str) -> None:
+    """Create ``schema``, which must not exist yet (a fresh name), with every migration, in
+    ONE round trip: the statements :func:`migrate` runs one by one (the same DDL, the
+    ledger filled in), sent as one multi-statement query, which PostgreSQL runs as one
+    implicit transaction — all or nothing. About 40 % cheaper than :func:`create_namespace`
+    (its ~12 round trips) on a local server. ``conn`` must be in autocommit mode and idle.
+    Raises raw ``psycopg.Error`` (``DuplicateSchema`` if it exists; callers map it)."""
+    schema_name(schema)
+    name = sql.Identifier(schema)
+    statements: list[sql.Composable] = [
+        sql.SQL("CREATE SCHEMA {}").format(name),
+        _ledger_ddl(schema),
+    ]
+    for migration in MIGRATIONS:
+        statements.extend(_statement(template, schema) for template in migration.statements)
+        statements.append(
+            sql.SQL("INSERT INTO {}.rdq_migrations (version) VALUES ({})").format(
+                name, sql.Literal(migration.version)
+            )
+        )
+    # no parameters: psycopg sends it as a simple query, where several statements may go
+    conn.execute(sql.SQL(";\n").join(statements).as_string(conn).encode())
 
 
 def drop_namespace(conn: psycopg.Connection, schema: str) -> None:

@@ -3,7 +3,8 @@
 A namespace is a schema ``rdq_<32 hex>`` holding the tables of :mod:`rdq_postgres.schema`.
 This is rung 1 of the provisioning ladder as it is: a server given by DSN. It must answer
 (else ``BackendUnavailable`` naming the DSN, password masked) and is never stopped by the
-kit; it can keep a couple of namespaces created ahead (:mod:`rdq_postgres.stock`). The
+kit; it can keep a few namespaces created ahead and drop discarded ones in the
+background (:mod:`rdq_postgres.stock`). The
 one fault it can inject is ``cut_connections``: terminate every session whose
 ``application_name`` is ``rdq:<namespace>`` (what storages of that namespace use). The
 kit's own rungs (:mod:`rdq_postgres.local`, :mod:`rdq_postgres.container`) subclass it
@@ -54,9 +55,10 @@ class PostgresServer(Server):
         drop_lock_timeout: str = DROP_LOCK_TIMEOUT,
         prefetch: int = 0,
     ) -> None:
-        """``prefetch``: how many namespaces to keep created ahead in a background thread
-        (0: none; a subclass that can kill its server should leave it 0 or stop the stock
-        in every path of its ``close``)."""
+        """``prefetch``: how many namespaces to keep created ahead in a background thread,
+        which also drops the namespaces given to :meth:`discard_namespace` (0: no thread;
+        a subclass that can kill its server should leave it 0 or stop the stock in every
+        path of its ``close``)."""
         self.dsn = dsn
         self.drop_lock_timeout = drop_lock_timeout
         self.origin = origin or f"given DSN {mask_dsn(dsn)}"
@@ -76,7 +78,11 @@ class PostgresServer(Server):
                 f"postgres server at {mask_dsn(dsn)} is version {self.server_version}; "
                 f"rdq_postgres needs PostgreSQL >= 13"
             )
-        self._stock = NamespaceStock(dsn, prefetch) if prefetch > 0 else None
+        self._stock = (
+            NamespaceStock(dsn, prefetch, drop=self._drop_on, on_dropped=self.admin.dropped)
+            if prefetch > 0
+            else None
+        )
 
     def _connect(self) -> psycopg.Connection:
         """A new autocommit admin connection that answered."""
@@ -107,27 +113,35 @@ class PostgresServer(Server):
         if namespace is None:
             namespace = new_namespace_name()
             self.admin.call(
-                "create_namespace", lambda conn: schema.create_namespace(conn, namespace)
+                "create_namespace", lambda conn: schema.create_new_namespace(conn, namespace)
             )
         self.admin.created(namespace)
         return namespace
 
     def drop_namespace(self, namespace: str) -> None:
         schema.schema_name(namespace)
-
-        def drop(conn: psycopg.Connection) -> None:
-            conn.execute("SELECT set_config('lock_timeout', %s, false)", (self.drop_lock_timeout,))
-            try:
-                schema.drop_namespace(conn, namespace)
-            except pg_errors.LockNotAvailable:
-                # A session of the namespace holds a lock (e.g. a stuck transaction).
-                self._terminate(conn, namespace)
-                schema.drop_namespace(conn, namespace)
-            finally:
-                conn.execute("RESET lock_timeout")
-
-        self.admin.call("drop_namespace", drop)
+        self.admin.call("drop_namespace", lambda conn: self._drop_on(conn, namespace))
         self.admin.dropped(namespace)
+
+    def discard_namespace(self, namespace: str) -> None:
+        """Dropped by the stock's thread when there is one (``close()`` drops it at the
+        latest), else now."""
+        schema.schema_name(namespace)
+        if self._stock is None or not self._stock.discard(namespace):
+            self.drop_namespace(namespace)
+
+    def _drop_on(self, conn: psycopg.Connection, namespace: str) -> None:
+        """Drop ``namespace`` on ``conn``: wait for locks ``drop_lock_timeout``, then cut
+        the namespace's sessions (e.g. a stuck transaction) and drop it."""
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (self.drop_lock_timeout,))
+        try:
+            schema.drop_namespace(conn, namespace)
+        except pg_errors.LockNotAvailable:
+            # A session of the namespace holds a lock (e.g. a stuck transaction).
+            self._terminate(conn, namespace)
+            schema.drop_namespace(conn, namespace)
+        finally:
+            conn.execute("RESET lock_timeout")
 
     def _terminate(self, conn: psycopg.Connection, namespace: str) -> int:
         terminate = sql.SQL(
@@ -145,7 +159,8 @@ class PostgresServer(Server):
         return self.admin.call("cut_connections", lambda conn: self._terminate(conn, namespace))
 
     def close(self) -> None:
-        """Drop the namespaces this object created (or prefetched) that are still there;
-        close the admin connection; the server keeps running."""
+        """Drop the namespaces this object created (or prefetched, or was given to
+        discard) that are still there; close the admin connection; the server keeps
+        running."""
         unused = self._stock.close() if self._stock is not None else []
         self.admin.close(self.drop_namespace, also=unused)

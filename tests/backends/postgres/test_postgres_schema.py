@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 import uuid
 from datetime import timedelta
 
@@ -18,6 +19,7 @@ from rdq_postgres import schema
 from rdq_postgres.errors import is_retryable
 from rdq_postgres.plugin import PostgresBackend
 from rdq_postgres.server import PostgresServer
+from rdq_postgres.stock import NamespaceStock
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_compliance import registry
@@ -267,3 +269,206 @@ def test_the_backend_is_registered_as_postgres():
     assert st.capabilities().multi_process and st.capabilities().max_payload_bytes is None
     assert "now()" in st.capabilities().clock
     st.close()
+
+
+_CATALOG = """
+SELECT 'column', c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || ' ' || a.attnotnull::text || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+       || ' ' || a.attidentity::text || ' ' || coalesce(co.collname, '')
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+  LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 0
+ WHERE n.nspname = %(ns)s AND a.attnum > 0 AND NOT a.attisdropped AND c.relkind = 'r'
+UNION ALL
+SELECT 'index', replace(pg_get_indexdef(i.indexrelid), %(ns)s, 'NS')
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(ns)s
+UNION ALL
+SELECT 'constraint', c.relname || ' ' || k.conname || ' '
+       || replace(pg_get_constraintdef(k.oid), %(ns)s, 'NS')
+  FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(ns)s
+ORDER BY 1, 2
+"""
+
+
+def _catalog(raw: psycopg.Connection, ns: str) -> list[tuple[str, str]]:
+    return [(kind, text) for kind, text in raw.execute(_CATALOG, {"ns": ns})]
+
+
+def test_a_new_namespace_in_one_round_trip_is_the_migrated_one(raw):
+    """create_new_namespace (the stock's and the server's: one multi-statement query) makes
+    exactly what the migrations make one statement at a time, ledger included."""
+    slow, fast = f"rdq_{uuid.uuid4().hex}", f"rdq_{uuid.uuid4().hex}"
+    try:
+        schema.create_namespace(raw, slow)
+        schema.create_new_namespace(raw, fast)
+        described = _catalog(raw, fast)
+        assert len(described) > 30
+        assert described == _catalog(raw, slow)
+        assert _ledger(raw, fast) == _ledger(raw, slow) == [schema.LATEST_VERSION]
+        assert schema.migrate(raw, fast) == []
+    finally:
+        schema.drop_namespace(raw, slow)
+        schema.drop_namespace(raw, fast)
+
+
+def test_a_new_namespace_is_all_or_nothing(raw):
+    """A name that exists already is refused and left as it was; a failure inside the one
+    query leaves nothing behind (it runs as one transaction)."""
+    ns = f"rdq_{uuid.uuid4().hex}"
+    schema.create_new_namespace(raw, ns)
+    try:
+        with pytest.raises(pg_errors.DuplicateSchema):
+            schema.create_new_namespace(raw, ns)
+        assert _ledger(raw, ns) == [schema.LATEST_VERSION]
+    finally:
+        schema.drop_namespace(raw, ns)
+    # a table in the way makes a later statement fail: the schema made first is gone too
+    taken = f"rdq_{uuid.uuid4().hex}"
+    broken = list(schema.MIGRATIONS[0].statements)
+    broken.insert(1, "CREATE TABLE {s}.tasks (x int)")
+    original = schema.MIGRATIONS
+    schema.MIGRATIONS = (schema.Migration(1, "broken", tuple(broken)),)
+    try:
+        with pytest.raises(pg_errors.DuplicateTable):
+            schema.create_new_namespace(raw, taken)
+    finally:
+        schema.MIGRATIONS = original
+    gone = raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (taken,)).fetchone()
+    assert gone is None
+    assert raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def _exists(raw: psycopg.Connection, ns: str) -> bool:
+    row = raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (ns,)).fetchone()
+    return row is not None
+
+
+def _until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_discarded_namespace_is_dropped_in_the_background(dsn, raw):
+    """With a stock, discard_namespace returns at once and the stock's thread drops the
+    namespace (and the server forgets it); without one it is dropped before returning."""
+    server = PostgresServer(dsn, prefetch=2)
+    try:
+        ns = server.create_namespace()
+        storage = PostgresStorage(dsn, ns)
+        storage.enqueue(NewTask(id="t", queue="q", handler="h"))
+        storage.close()
+        server.discard_namespace(ns)
+        assert _until(lambda: not _exists(raw, ns)), "the stock never dropped it"
+        assert _until(lambda: ns not in server.admin._created)
+    finally:
+        server.close()
+    plain = PostgresServer(dsn)
+    try:
+        ns = plain.create_namespace()
+        plain.discard_namespace(ns)
+        assert not _exists(raw, ns)
+    finally:
+        plain.close()
+
+
+def test_close_drops_what_the_stock_holds_and_what_was_discarded(dsn, raw):
+    """Namespaces made ahead and never handed out, and discarded ones (dropped by the
+    thread or not yet), are all gone after close(); a discard after close drops at once."""
+    server = PostgresServer(dsn, prefetch=3)
+    stock = server._stock
+    assert stock is not None
+    assert _until(lambda: len(stock._ready) == 3)
+    made = list(stock._ready)
+    handed = [server.create_namespace() for _ in range(4)]
+    for ns in handed:
+        server.discard_namespace(ns)
+    server.close()
+    for ns in [*made, *handed]:
+        assert not _exists(raw, ns), ns
+    late = PostgresServer(dsn, prefetch=1)
+    ns = late.create_namespace()
+    late.close()
+    late.discard_namespace(ns)  # closed stock: dropped now (idempotent)
+    assert not _exists(raw, ns)
+
+
+def test_the_stock_hands_back_the_drops_it_did_not_do(dsn, raw):
+    """close() returns the discarded namespaces still queued (and the unused ones), for
+    the caller to drop; it waits for the drop under way."""
+    gate, busy = threading.Event(), threading.Event()
+    dropped: list[str] = []
+
+    def slow_drop(conn: psycopg.Connection, ns: str) -> None:
+        busy.set()
+        gate.wait(10)
+        schema.drop_namespace(conn, ns)
+
+    stock = NamespaceStock(dsn, 1, drop=slow_drop, on_dropped=dropped.append)
+    first, second = f"rdq_{uuid.uuid4().hex}", f"rdq_{uuid.uuid4().hex}"
+    for ns in (first, second):
+        schema.create_new_namespace(raw, ns)
+    left: list[str] = []
+    try:
+        assert _until(lambda: len(stock._ready) == 1)
+        assert stock.discard(first) and busy.wait(10)
+        assert stock.discard(second)
+        threading.Timer(0.2, gate.set).start()
+        left = stock.close()
+        assert dropped == [first] and not _exists(raw, first)
+        assert left[0] == second and len(left) == 2 and _exists(raw, second)
+        assert not stock.discard(f"rdq_{uuid.uuid4().hex}")  # closed: the caller drops
+        assert stock.take() is None
+    finally:
+        gate.set()
+        for ns in [*left, first, second]:
+            schema.drop_namespace(raw, ns)
+
+
+def test_a_failed_background_drop_is_retried(dsn, raw):
+    """A drop that fails on the thread (here: the first attempt raises) stays queued and
+    runs again after the pause."""
+    failures: list[str] = []
+
+    def flaky_drop(conn: psycopg.Connection, ns: str) -> None:
+        if not failures:
+            failures.append(ns)
+            raise psycopg.OperationalError("pretend the server went away")
+        schema.drop_namespace(conn, ns)
+
+    stock = NamespaceStock(dsn, 1, drop=flaky_drop)
+    try:
+        ns = f"rdq_{uuid.uuid4().hex}"
+        schema.create_new_namespace(raw, ns)
+        assert stock.discard(ns)
+        assert _until(lambda: not _exists(raw, ns), timeout=15), "never retried"
+        assert failures == [ns]
+    finally:
+        for left in stock.close():
+            schema.drop_namespace(raw, left)
+
+
+def test_ledger_versions_tells_a_missing_ledger_in_and_out_of_a_transaction(raw):
+    """The one-query read (outside a transaction) and the catalog read (inside one) agree:
+    None for a schema without a ledger, and for a missing schema; the versions once
+    migrated; and the transaction is not aborted by the probe."""
+    bare = f"rdq_{uuid.uuid4().hex}"
+    raw.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(bare)))
+    try:
+        assert schema.ledger_versions(raw, bare) is None
+        assert schema.ledger_versions(raw, "rdq_no_such_schema") is None
+        with raw.transaction():
+            assert schema.ledger_versions(raw, bare) is None
+            assert raw.execute("SELECT 1").fetchone() == (1,)
+        assert schema.migrate(raw, bare) == [schema.LATEST_VERSION]
+        assert schema.ledger_versions(raw, bare) == [schema.LATEST_VERSION]
+        with raw.transaction():
+            assert schema.ledger_versions(raw, bare) == [schema.LATEST_VERSION]
+    finally:
+        schema.drop_namespace(raw, bare)
