@@ -12,8 +12,13 @@
   namespace, pre-filled, and is repeated with twice the tasks when the queue ran dry.
   A script's subclass says what is specific to its store: its sides, how many tasks to
   pre-fill and how, how one side is measured, and its progress line.
-- **The table**: :func:`markdown_table`, the preamble and the Markdown table every
-  script prints at the end.
+- **The table**: :func:`markdown_table`, the preamble (date, commit, the command that
+  reproduces the run) and the Markdown table every script prints at the end, each cell
+  with the machine's load while it was measured (``_figures``: load average and cores at
+  the start of each of the cell's measurements), then the cells as history rows.
+- **The profile**: :meth:`Bench.profile` runs one worker of each side in this process,
+  first in interleaved timed slices (its client CPU per task: what the server's CPU does
+  not include), then under ``cProfile``, and prints where each worker's time goes.
 
 A script runs from the repository root (``python benchmarks/<script>.py``), which puts
 this folder on ``sys.path``.
@@ -22,10 +27,14 @@ this folder on ``sys.path``.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import math
 import multiprocessing
 import multiprocessing.synchronize
 import os
+import pstats
+import shlex
 import shutil
 import statistics
 import tempfile
@@ -37,10 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from _figures import Load, command, commit, history_rows, load_now, load_span, today
+
 from rdq_compliance.provision import Server
 
 #: How long (s) a worker may take to connect and warm up, and to report after its window.
 READY_TIMEOUT_S = 120
+#: A generous rate (tasks/s) of one worker, to size a profile's pre-fill.
+PROFILE_RATE = 12_000.0
 
 
 # ---- the runner ------------------------------------------------------------------------------
@@ -218,6 +231,13 @@ class Cell:
     workers: int
     batch: int
     rates: dict[str, list[float]] = field(default_factory=dict)
+    #: The machine's load at the start of each of the cell's measurements.
+    loads: list[Load] = field(default_factory=list)
+
+    @property
+    def load(self) -> str:
+        """``"load 2.1-4.3 on 2 cores"``: the 1-minute load over the cell's measurements."""
+        return load_span(self.loads)
 
     def mean(self, side: str) -> float | None:
         got = self.rates.get(side)
@@ -337,11 +357,112 @@ class Bench(ABC):
                 shift = (rnd + i) % len(sides)
                 tasks: int | None = None
                 for side in sides[shift:] + sides[:shift]:
+                    cell.loads.append(load_now())
                     tasks = self.prefill(side, cell.workers, cell.batch, tasks)
                     rate, tasks = self.measure(side, cell.workers, cell.batch, tasks)
                     cell.rates.setdefault(side, []).append(rate)
                     print(self.progress(rnd, cell, side, rate), flush=True)
         return cells
+
+    # -- the profile -------------------------------------------------------------------------
+
+    @abstractmethod
+    def client_factory(self, side: str, namespace: str) -> Callable[[], Client]:
+        """What opens one worker's client of ``side`` (a process side) in ``namespace``."""
+
+    def profile(self, sides: Sequence[str], batch: int, top: int) -> str:
+        """One worker of each of ``sides`` in this process, each in its own fresh filled
+        namespace: ``rounds`` timed slices of ``duration`` seconds per side, interleaved
+        (who goes first rotates), giving tasks/s, wall and client CPU (user and system) per
+        task — the worker's alone: the server runs elsewhere — then one slice per side under
+        ``cProfile`` (its ``top`` functions by own time and by cumulative time)."""
+        rounds = max(1, self.args.rounds)
+        out = [
+            f"profile: one worker per side, batch {batch}, {rounds} interleaved timed "
+            f"slice(s) of {self.duration:g} s per side, then one under cProfile; {load_now()}"
+        ]
+        namespaces: list[str] = []
+        clients: dict[str, Client] = {}
+        runs: dict[str, Profiled] = {}
+        try:
+            for side in sides:
+                tasks = int(PROFILE_RATE * self.duration * (rounds + 1) * 1.5) + 64 * batch
+                namespace = self.server.create_namespace()
+                namespaces.append(namespace)
+                self.fill(namespace, tasks)
+                clients[side] = client = self.client_factory(side, namespace)()
+                for _ in range(20):
+                    client.cycle(batch, math.inf)
+                runs[side] = Profiled(0, 0, 0.0, 0.0, "")
+            for rnd in range(rounds):
+                shift = rnd % len(sides)
+                for side in [*sides[shift:], *sides[:shift]]:
+                    runs[side].add(*_loop(clients[side], batch, self.duration))
+            for side in sides:
+                profiler = cProfile.Profile()
+                profiler.enable()
+                _loop(clients[side], batch, self.duration)
+                profiler.disable()
+                runs[side].stats = _stats_text(profiler, top)
+            dry = [s for s, ns in zip(sides, namespaces, strict=True) if self.pending(ns) == 0]
+        finally:
+            for client in clients.values():
+                client.close()
+            for namespace in namespaces:
+                self.server.drop_namespace(namespace)
+        if dry:
+            out.append(f"(the queue ran dry for {', '.join(dry)}: its figures are too low)")
+        for side in sides:
+            out += ["", f"== {side}: {runs[side].figures}", runs[side].stats]
+        out += ["", f"summary (timed slices, no profiler; {load_now()} at the end):"]
+        out += [f"  {side:<10} {runs[side].figures}" for side in sides]
+        return "\n".join(out)
+
+
+@dataclass
+class Profiled:
+    """One worker's timed slices (summed) and its profile."""
+
+    tasks: int
+    cycles: int
+    wall: float
+    cpu: float
+    stats: str
+
+    def add(self, tasks: int, cycles: int, wall: float, cpu: float) -> None:
+        self.tasks += tasks
+        self.cycles += cycles
+        self.wall += wall
+        self.cpu += cpu
+
+    @property
+    def figures(self) -> str:
+        per = max(self.tasks, 1)
+        return (
+            f"{self.tasks / self.wall:,.0f} tasks/s; per task {self.wall / per * 1e6:.1f} µs wall, "
+            f"{self.cpu / per * 1e6:.1f} µs client CPU ({self.cpu / self.wall:.0%} of the wall; "
+            f"{self.cycles:,} cycles, {self.tasks:,} tasks)"
+        )
+
+
+def _loop(client: Client, batch: int, seconds: float) -> tuple[int, int, float, float]:
+    """``seconds`` of ``client``'s cycles: (tasks, cycles, wall, CPU of this process)."""
+    tasks = cycles = 0
+    cycle, monotonic = client.cycle, time.monotonic
+    wall, cpu = time.perf_counter(), time.process_time()
+    end = monotonic() + seconds
+    while monotonic() < end:
+        tasks += cycle(batch, math.inf)
+        cycles += 1
+    return tasks, cycles, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _stats_text(profiler: cProfile.Profile, top: int) -> str:
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return "\n".join(ln for ln in text.getvalue().splitlines() if ln.strip())
 
 
 # ---- the command line and the table ----------------------------------------------------------
@@ -356,6 +477,16 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     """``--workers`` and ``--batches``: the cells measured."""
     parser.add_argument("--workers", type=int_list, default=[1, 4, 16])
     parser.add_argument("--batches", type=int_list, default=[1, 32])
+    parser.add_argument(
+        "--profile",
+        type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
+        default=None,
+        metavar="SIDES",
+        help="instead of the cells: profile one worker of each of these sides (comma-"
+        "separated) at each of --batches: --rounds interleaved timed slices of --duration s "
+        "per side, then one slice each under cProfile",
+    )
+    parser.add_argument("--top", type=int, default=25, help="functions a profile shows")
 
 
 def markdown_table(
@@ -366,10 +497,11 @@ def markdown_table(
     columns: Sequence[tuple[str, str]],
     rows: Sequence[Sequence[str]],
 ) -> str:
-    """The server line, ``"<duration> s per measurement, <rounds> round(s), <how>"``, the
-    ``notes``, then a Markdown table of ``columns`` (title, alignment cell such as
-    ``"--:"``) and ``rows``."""
+    """The date, commit and command of the run, the server line, ``"<duration> s per
+    measurement, <rounds> round(s), <how>"``, the ``notes``, then a Markdown table of
+    ``columns`` (title, alignment cell such as ``"--:"``) and ``rows``."""
     lines = [
+        f"measured {today()} at commit {commit()}: {command()}",
         f"server: {where}",
         f"{args.duration:g} s per measurement, {args.rounds} round(s), {how}",
         *notes,
@@ -379,3 +511,30 @@ def markdown_table(
     ]
     lines.extend("| " + " | ".join(row) + " |" for row in rows)
     return "\n".join(lines)
+
+
+def cell_history(cells: Sequence[Cell], figure: Callable[[Cell], str]) -> str:
+    """The cells as history rows for ``BENCHMARKS.md`` (``figure`` says what a cell's
+    figure is), each with its load and the command that measures that cell alone."""
+    base = _without_cells(command())
+    return history_rows(
+        [(figure(c), c.load, f"{base} --workers {c.workers} --batches {c.batch}") for c in cells]
+    )
+
+
+def _without_cells(cmd: str) -> str:
+    """``cmd`` without its ``--workers`` / ``--batches`` options (a cell's own replace them)."""
+    words = shlex.split(cmd)
+    kept: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w in ("--workers", "--batches"):
+            skip = True
+            continue
+        if w.startswith(("--workers=", "--batches=")):
+            continue
+        kept.append(w)
+    return shlex.join(kept)

@@ -6,7 +6,9 @@ bugs (``pytest tests/...``, in a subprocess, from the checkout root, with the ch
 root on ``PYTHONPATH`` so the worker processes import the broken backends by their
 dotted names, ``tests.broken.<store>:<bug>``) and tabulates the figures the proof
 records for each case (``record_property``, read back from its JUnit XML). One
-measurement, made by the proof; the benchmark only repeats it and prints it.
+measurement, made by the proof; the benchmark only repeats it and prints it. Each case
+also records the machine's load while it ran (``_load_plugin``, loaded with ``-p``):
+:attr:`CaseRun.load`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _figures import load_range
+from _load_plugin import PROPERTY
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
 
 @dataclass
@@ -30,13 +36,25 @@ class CaseRun:
     properties: dict[str, str] = field(default_factory=dict)
     message: str = ""
 
+    @property
+    def loads(self) -> tuple[float, float, str] | None:
+        """The lowest and highest 1-minute load while the case ran, and the cores."""
+        raw = self.properties.get(PROPERTY, "").split()
+        return (float(raw[0]), float(raw[1]), raw[2]) if len(raw) == 3 else None
+
+    @property
+    def load(self) -> str:
+        """``"load 2.1-4.3 on 2 cores"``: the 1-minute load while the case ran."""
+        return "load ?" if self.loads is None else load_range(*self.loads)
+
 
 def environment() -> dict[str, str]:
-    """This environment, the checkout root first on ``PYTHONPATH``, no pytest options
-    inherited (``PYTEST_ADDOPTS``, xdist's)."""
+    """This environment, the checkout root first on ``PYTHONPATH`` (then this folder, for
+    ``-p _load_plugin``), no pytest options inherited (``PYTEST_ADDOPTS``, xdist's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *parts])
+    ours = (str(ROOT), str(HERE))
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ours]
+    env["PYTHONPATH"] = os.pathsep.join([*ours, *parts])
     return env
 
 
@@ -60,7 +78,7 @@ def run(*args: str, junit: Path) -> list[CaseRun]:
     """``pytest ARGS --junitxml JUNIT`` from the checkout root (its output goes to this
     process's stderr as it runs); every case it reported."""
     subprocess.run(
-        pytest_command("-q", "-rfEs", f"--junitxml={junit}", *args),
+        pytest_command("-q", "-rfEs", "-p", "_load_plugin", f"--junitxml={junit}", *args),
         cwd=ROOT, env=environment(), stdout=sys.stderr, check=False,
     )  # fmt: skip
     if not junit.is_file():

@@ -16,7 +16,9 @@ must pass)::
     python benchmarks/chaos_bugs.py --scenario tests/chaos/smoke.toml
 
 How "found after" is measured: see ``tests/chaos/_bug_hunt.py``. Exit status 1 if a
-class was not found (or the reference run did not pass).
+class was not found (or the reference run did not pass). Each row carries the machine's
+load while it ran; below the table, the command that reproduces each row, then the rows
+as history rows for ``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _figures import LoadWatch, command, header, history_rows
 from _proof_runs import ROOT, collect, environment, run, table
 
 PROOF = "tests/chaos/test_chaos_finds_bugs.py"
@@ -50,7 +53,8 @@ def reference(scenario: str, outdir: Path) -> dict[str, str]:
     """``rdq-chaos run SCENARIO --backend sqlite``: the correct backend, as a user runs it."""
     cmd = [sys.executable, "-m", "rdq_compliance.chaos.cli", "run", scenario,
            "--backend", "sqlite", "--no-docker", "--quiet", "--out", str(outdir)]  # fmt: skip
-    done = subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True)
+    with LoadWatch() as watch:
+        done = subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True)
     results = outdir / "results.json"
     if not results.is_file():
         raise SystemExit(f"rdq-chaos wrote no results.json:\n{done.stdout}{done.stderr}")
@@ -63,7 +67,13 @@ def reference(scenario: str, outdir: Path) -> dict[str, str]:
         "violations": str(len(r["violations"])),
         "found after": "-",
         "run time": f"{r['duration_s']:.1f} s",
+        "load": watch.span,
     }
+
+
+def _label(row: dict[str, str]) -> str:
+    cls = row["class"].removeprefix("§5.")
+    return f"`{row['variant']}`" if cls == "-" else f"§5.{cls} `{row['variant']}`"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     given = Path(args.scenario)
     scenario = str(given.resolve()) if given.exists() else args.scenario  # the proof runs in ROOT
+    print(header(), flush=True)
     print(f"scenario {args.scenario!r}; the proof: {PROOF}", flush=True)
+    scenario_args = [] if args.scenario == "standard" else ["--scenario", args.scenario]
     rows = []
+    commands: list[str] = []
     missed = 0
     total = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rdq-chaos-bugs-") as tmp:
@@ -107,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  NO FIGURES ({case.outcome}): {case.message[:500]}")
                 continue
             row = json.loads(case.properties["row"])
+            row["load"] = case.load
             rows.append(row)
+            commands.append(command("--class", str(spec_class), "--no-baseline", *scenario_args))
             if row["rule fired"] == "NOT FOUND" or case.outcome != "passed":
                 missed += 1
                 print(f"  {row['rule fired']} ({case.outcome}): rules reported {row['violations']}")
@@ -118,10 +133,31 @@ def main(argv: list[str] | None = None) -> int:
             print("reference: the correct sqlite backend ...", flush=True)
             row = reference(scenario, base / "reference")
             rows.append(row)
+            commands.append(f"rdq-chaos run {args.scenario} --backend sqlite --no-docker")
             missed += 0 if row["rule fired"] == "none (pass)" else 1
     print()
     print(table(rows))
+    print("\ncommands (from the repository root), row by row:")
+    print(
+        "\n".join(
+            f"  {r['class']} {r['variant']}: {c}" for r, c in zip(rows, commands, strict=True)
+        )
+    )
     print(f"\ntotal: {time.monotonic() - total:.0f} s")
+    print()
+    print(
+        history_rows(
+            [
+                (
+                    f"chaos {args.scenario}, {_label(r)}: {r['rule fired']}, "
+                    f"{r['violations']}, found after {r['found after']}, run {r['run time']}",
+                    r["load"],
+                    c,
+                )
+                for r, c in zip(rows, commands, strict=True)
+            ]
+        )
+    )
     return 1 if missed else 0
 
 

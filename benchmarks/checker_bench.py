@@ -20,6 +20,9 @@ that process's resident set before reading, with the events loaded, and at its p
 Targets: read + check under 10 s, peak RSS under 1 GiB. A valid history must give no
 violation. ``--in-memory`` also times ``check()`` alone on the synthesized events, with
 the peak it allocates (tracemalloc, a separate run, since tracing slows allocation).
+Every run prints first the date, commit, command and load; each figure line carries the
+load while it was measured and the command that reproduces it; the figures follow as
+history rows for ``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
+
+from _figures import LoadWatch, command, figure, header, history_rows, load_now
 
 from rdq_compliance.chaos.checker import FinalState, check
 from rdq_compliance.chaos.events import read_history
@@ -427,42 +432,54 @@ def write_journals(events: list[dict[str, Any]], state: FinalState, folder: Path
     return sum(p.stat().st_size for p in folder.glob("*.jsonl"))
 
 
-def whole_path(folder: Path, expected: int, runs: int) -> bool:
+def whole_path(folder: Path, expected: int, runs: int, history: list[tuple[str, str, str]]) -> bool:
     """``read_history`` + ``check()`` on the journals of ``folder``, each run in a fresh
-    process (its peak RSS is the whole path's); prints every run and the best."""
+    process (its peak RSS is the whole path's); prints every run and the best (with the
+    load while the runs ran), and adds it to ``history``."""
     results = []
-    for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, __file__, "--from-journals", str(folder), "--expect", str(expected)],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
-        lines = done.stdout.strip().splitlines()
-        if done.returncode not in (0, 1) or not lines:
-            print(done.stdout + done.stderr)
-            return False
-        got = json.loads(lines[-1])
-        results.append(got)
-        print(
-            f"  run: read {got['read_s']:.2f} s + check {got['check_s']:.2f} s = "
-            f"{got['read_s'] + got['check_s']:.2f} s wall "
-            f"({got['read_cpu'] + got['check_cpu']:.2f} s CPU); RSS {got['base_mib']:.0f} MiB "
-            f"before reading (interpreter, imports, final state), {got['loaded_mib']:.0f} MiB "
-            f"with the events, peak {got['peak_mib']:.0f} MiB; {got['violations']} violation(s)"
-        )
-        if done.returncode != 0:
-            print(f"  expected {expected} violation(s)")
-            return False
+    with LoadWatch() as watch:
+        for _ in range(runs):
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--from-journals",
+                    str(folder),
+                    "--expect",
+                    str(expected),
+                ],
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+            lines = done.stdout.strip().splitlines()
+            if done.returncode not in (0, 1) or not lines:
+                print(done.stdout + done.stderr)
+                return False
+            got = json.loads(lines[-1])
+            results.append(got)
+            print(
+                f"  run: read {got['read_s']:.2f} s + check {got['check_s']:.2f} s = "
+                f"{got['read_s'] + got['check_s']:.2f} s wall "
+                f"({got['read_cpu'] + got['check_cpu']:.2f} s CPU); RSS {got['base_mib']:.0f} MiB "
+                f"before reading (interpreter, imports, final state), {got['loaded_mib']:.0f} MiB "
+                f"with the events, peak {got['peak_mib']:.0f} MiB; {got['violations']} violation(s)"
+            )
+            if done.returncode != 0:
+                print(f"  expected {expected} violation(s)")
+                return False
     best = min(results, key=lambda g: g["read_s"] + g["check_s"])
     total = best["read_s"] + best["check_s"]
     peak = max(g["peak_mib"] for g in results)
-    print(
+    text = (
         f"read + check, {best['events']:,} events from journals: {total:.2f} s "
-        f"(best of {runs}; read {best['read_s']:.2f} s, check {best['check_s']:.2f} s) "
+        f"(best of {runs}; read {best['read_s']:.2f} s, check {best['check_s']:.2f} s; "
+        f"{best['read_cpu'] + best['check_cpu']:.2f} s CPU) "
         f"[{'OK' if total < 10 else 'MISSED'}: < 10 s]; peak RSS {peak:.0f} MiB "
         f"[{'OK' if peak < 1024 else 'MISSED'}: < 1 GiB]"
     )
+    print(figure(text, watch.span))
+    history.append((f"checker: {text}", watch.span, command()))
     return True
 
 
@@ -512,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_journals:
         return from_journals(args.from_journals, args.expect)
 
+    print(header(), flush=True)
+    history: list[tuple[str, str, str]] = []
     start = time.perf_counter()
     events, state = Synth(args.seed).run(args.events)
     synth_s = time.perf_counter() - start
@@ -537,10 +556,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_memory:
         rss_before = rss_now_mib()
         peak_before = rss_peak_mib()
-        seconds, got = timed(events, state, args.repeat)
+        with LoadWatch() as watch:
+            seconds, got = timed(events, state, args.repeat)
         peak_after = rss_peak_mib()
         expected = len(got)
-        print(f"check() alone: {seconds:.2f} s (best of {args.repeat}), {len(got)} violation(s)")
+        text = f"check() alone: {seconds:.2f} s (best of {args.repeat}), {len(got)} violation(s)"
+        print(figure(text, watch.span))
+        history.append((f"checker: {text}", watch.span, command()))
         if got:
             print("  first: " + got[0].message[:200])
         gc.collect()
@@ -548,7 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         check(events, state)
         _, traced_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        print(f"check() peak allocation (tracemalloc): {traced_peak / 2**20:.0f} MiB")
+        text = f"check() peak allocation (tracemalloc): {traced_peak / 2**20:.0f} MiB"
+        print(figure(text, load_now().short))
+        history.append((f"checker: {text}", load_now().short, command()))
         print(
             f"resident: {rss_before:.0f} MiB with the synthesized history; peak RSS "
             f"{peak_before:.0f} MiB before check(), {peak_after:.0f} MiB after it "
@@ -567,7 +591,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         del events
         gc.collect()
-        ok = whole_path(Path(tmp), expected, args.repeat) and ok
+        ok = whole_path(Path(tmp), expected, args.repeat, history) and ok
+    print()
+    print(history_rows(history))
     return 0 if ok else 1
 
 

@@ -21,6 +21,8 @@ else the local rung (SecantusDB here: a MongoDB wire-protocol stand-in, not Mong
 of the first call whose storage time ran backwards (``tests._skew_support.first_reversal``):
 from then on the history holds the evidence; the checker names it after the drain (**run
 time**). Exit status 1 if a variant was not caught or a correct backend did not pass.
+Each row carries the machine's load while its campaign ran; the rows follow as history
+rows for ``BENCHMARKS.md``, each with the command that reproduces it (one backend).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _figures import command, header, history_rows
 from _proof_runs import CaseRun, run
 
 #: backend -> its variant that takes the time from the client (the catalogue lists them)
@@ -55,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", choices=sorted(VARIANTS))
     ap.add_argument("--no-control", action="store_true", help="skip the unskewed variant runs")
     args = ap.parse_args(argv)
+    print(header(), file=sys.stderr, flush=True)
     rows: list[dict[str, str]] = []
+    history: list[tuple[str, str, str]] = []
     ok = True
     with tempfile.TemporaryDirectory(prefix="rdq-skew-bench-") as tmp:
         for name in args.only or sorted(VARIANTS):
@@ -80,14 +85,25 @@ def main(argv: list[str] | None = None) -> int:
                 caught = "storage-clock" in row["rules"]
                 ok &= caught if is_variant and skewed else row["rules"] == "pass"
                 ok &= case.outcome == "passed"
+                row["load"] = case.load
                 rows.append(row)
                 print(row, file=sys.stderr, flush=True)
+                history.append(
+                    (
+                        f"clock skew, {name} {case_id}: "
+                        + ", ".join(f"{k} {v}" for k, v in row.items() if k != "load"),
+                        case.load,
+                        command("--only", name),
+                    )
+                )
     if rows:
         cols = list(rows[0])
         print("| " + " | ".join(cols) + " |")
         print("|" + "---|" * len(cols))
         for row in rows:
             print("| " + " | ".join(str(row[c]) for c in cols) + " |")
+        print()
+        print(history_rows(history))
     return 0 if ok and rows else 1
 
 

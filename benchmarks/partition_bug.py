@@ -14,7 +14,9 @@ the run times::
     sudo python benchmarks/partition_bug.py --server redis
 
 "Found after": see ``tests/chaos/_bug_hunt.py`` (the second of the overlapping claims).
-Exit status 1 if the variant passed the partitions or failed without them.
+Exit status 1 if the variant passed the partitions or failed without them. Each row
+carries the machine's load while the proof ran; the command that reproduces it (one
+server) and the rows as history rows for ``BENCHMARKS.md`` follow the table.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _figures import command, header, history_rows
 from _proof_runs import run
 
 PROOF = "tests/chaos/test_chaos_partition.py"
@@ -40,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--server", action="append", choices=sorted(VARIANTS))
     args = ap.parse_args(argv)
+    print(header(), file=sys.stderr, flush=True)
     failed = False
     lines = []
+    history: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory(prefix="rdq-partition-bench-") as tmp:
         for server in args.server or ["postgres", "redis"]:
             print(f"{VARIANTS[server]} ...", file=sys.stderr, flush=True)
@@ -49,20 +54,30 @@ def main(argv: list[str] | None = None) -> int:
             for label, key in (("none", "calm"), ("5 x 2 workers", "faulted")):
                 if key not in case.properties:
                     failed = True
-                    lines.append(f"| {server} | {label} | NO FIGURES ({case.outcome}) | | | |")
+                    lines.append(f"| {server} | {label} | NO FIGURES ({case.outcome}) | | | | |")
                     continue
                 r = json.loads(case.properties[key])
                 lines.append(
                     f"| {server} | {label} | {r['rule fired']} | {r['violations']} | "
-                    f"{r['found after']} | {r['run time']} |"
+                    f"{r['found after']} | {r['run time']} | {case.load} |"
+                )
+                history.append(
+                    (
+                        f"partition, {server}, partitions {label}: {r['rule fired']}, "
+                        f"{r['violations']}, found after {r['found after']}, run {r['run time']}",
+                        case.load,
+                        command("--server", server),
+                    )
                 )
                 failed |= (label == "none") != (r["rule fired"] == "none (pass)")
             failed |= case.outcome != "passed"
             if case.outcome != "passed":
                 print(f"{server}: the proof {case.outcome}: {case.message[:500]}", file=sys.stderr)
-    print("| server | partitions | rule fired | violations | found after | run time |")
-    print("|--------|------------|------------|------------|-------------|----------|")
+    print("| server | partitions | rule fired | violations | found after | run time | load |")
+    print("|--------|------------|------------|------------|-------------|----------|------|")
     print("\n".join(lines))
+    print()
+    print(history_rows(history))
     return 1 if failed else 0
 
 

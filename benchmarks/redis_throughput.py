@@ -37,6 +37,15 @@ Usage::
     python benchmarks/redis_throughput.py --quick         # 2 s, 1 round
     python benchmarks/redis_throughput.py --dsn redis://127.0.0.1:6379/0
     python benchmarks/redis_throughput.py --workers 1,4 --batches 32 --rounds 5
+    python benchmarks/redis_throughput.py --profile backend,bare --batches 1,32
+
+``--profile`` measures no cells: it runs one worker of each side given (``backend``,
+``bare``) in this process, timed (tasks/s, wall and client CPU per task), then under
+``cProfile``, and prints where its time goes.
+
+Every run prints first the date, commit, command and load (``_figures.header``), and in
+the table the load while each cell was measured; at the end, each cell as a history row
+for ``BENCHMARKS.md``.
 
 The server is, by default, a private ``redis-server`` the script starts from the local
 binaries like the kit's local rung, with ``--persistence`` (default ``none``: this
@@ -52,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import re
 import secrets
 import shutil
@@ -65,7 +73,8 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 import redis
-from _harness import Bench, Cell, add_cell_arguments, markdown_table, run_processes
+from _figures import header
+from _harness import Bench, Cell, add_cell_arguments, cell_history, markdown_table, run_processes
 from rdq_redis.connection import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, _common_kwargs
 from rdq_redis.keys import Layout
 from rdq_redis.scripts import SOURCES
@@ -261,8 +270,6 @@ class RedisBench(Bench):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args, "rdq-redis-bench-")
-        #: The 1-minute load average at the start of every measurement.
-        self.loads: list[float] = []
         if args.dsn:
             self.server = RedisServer(args.dsn)
         else:
@@ -302,7 +309,6 @@ class RedisBench(Bench):
         fill(self.client, namespace, tasks, self.args.fill_chunk)
 
     def once(self, side: str, namespace: str, workers: int, batch: int, tasks: int) -> float:
-        self.loads.append(os.getloadavg()[0])
         if side != "redis-benchmark":  # N worker processes: the backend, or bare redis-py
             open_client = functools.partial(_open_client, side, self.dsn, namespace)
             done = run_processes(
@@ -320,10 +326,13 @@ class RedisBench(Bench):
     def pending(self, namespace: str) -> int:
         return counts(self.client, namespace)[1]
 
+    def client_factory(self, side: str, namespace: str) -> functools.partial[_Backend | _Bare]:
+        return functools.partial(_open_client, side, self.dsn, namespace)
+
     def progress(self, rnd: int, cell: Cell, side: str, rate: float) -> str:
         return (
             f"  round {rnd + 1}  connections={cell.workers:<2}  batch={cell.batch:<2}"
-            f"  {side:<15} {rate:>9,.0f} tasks/s  (load {os.getloadavg()[0]:.1f})"
+            f"  {side:<15} {rate:>9,.0f} tasks/s  ({cell.loads[-1].short} at its start)"
         )
 
 
@@ -336,7 +345,6 @@ def _spread(cell: Cell, side: str, base: str) -> str:
 
 
 def table(cells: list[Cell], args: argparse.Namespace, bench: RedisBench) -> str:
-    loads = bench.loads or [0.0]
     rows = []
     for c in cells:
         to_bare, to_rb = c.ratio("backend", "bare"), c.ratio("backend", "redis-benchmark")
@@ -352,16 +360,18 @@ def table(cells: list[Cell], args: argparse.Namespace, bench: RedisBench) -> str
                 f"{c.mean('backend') or 0:,.0f}",
                 f"{to_bare or 0:.0%}{f' ({spread_bare})' if spread_bare else ''}{missed}",
                 f"{to_rb or 0:.0%}{f' ({spread_rb})' if spread_rb else ''}",
+                c.load,
             ]
         )
     return markdown_table(
         bench.where,
         args,
-        f"time-sliced and interleaved; load average (1 min) {min(loads):.1f}-{max(loads):.1f} "
-        "while measuring",
+        "time-sliced and interleaved",
         [
             f"target: backend >= {TARGET_RATIO:.0%} of the bare redis-py loop in every cell",
             "cells: mean tasks/s; ratios summed over rounds (lowest-highest round, median round)",
+            "load: the 1-minute load average at the start of each of the cell's measurements "
+            "(the benchmark's own workers and server included)",
         ],
         [
             ("connections", "--:"),
@@ -371,6 +381,7 @@ def table(cells: list[Cell], args: argparse.Namespace, bench: RedisBench) -> str
             ("backend", "--:"),
             ("backend / bare", ":--"),
             ("backend / redis-benchmark", ":--"),
+            ("load while measured", ":--"),
         ],
         rows,
     )
@@ -395,14 +406,31 @@ def main(argv: list[str] | None = None) -> int:
     args.warmup = (1.0 if args.quick else 2.0) if args.warmup is None else args.warmup
     if not args.redis_benchmark:
         parser.error("redis-benchmark not found; pass --redis-benchmark")
+    if args.profile and set(args.profile) - {"backend", "bare"}:
+        parser.error("--profile: a comma-separated list of backend, bare")
+    print(header(), flush=True)
     bench = RedisBench(args)
     try:
+        if args.profile:
+            for batch in args.batches:
+                print(bench.profile(args.profile, batch, args.top), flush=True)
+            return 0
         cells = bench.run()
         print()
         print(table(cells, args, bench))
+        print()
+        print(cell_history(cells, _history_figure))
     finally:
         bench.close()
     return 0
+
+
+def _history_figure(cell: Cell) -> str:
+    to_bare, to_rb = cell.ratio("backend", "bare"), cell.ratio("backend", "redis-benchmark")
+    return (
+        f"Redis, {cell.workers} x batch {cell.batch}: backend / bare redis-py {to_bare or 0:.0%}"
+        f" ({cell.mean('backend') or 0:,.0f} tasks/s); / redis-benchmark {to_rb or 0:.0%}"
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ and the whole run's time (finding and shrinking)::
 ``--write`` replaces the section "Stateful machine: bug classes found" of BENCHMARKS.md
 (re-read just before writing; every other section is kept as it is), or appends it.
 Exit status 1 if a class was not found, named the wrong rule, or shrank to more than
-``tests.stateful_hunt.MAX_SHRUNK_STEPS`` steps.
+``tests.stateful_hunt.MAX_SHRUNK_STEPS`` steps. Each row carries the machine's load
+while its hunts ran; the rows follow as history rows for ``BENCHMARKS.md``, each with the
+command that reproduces it (that variant alone).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _figures import command, header, history_rows, load_range
 from _proof_runs import ROOT, CaseRun, run
 
 PROOF = "tests/test_stateful_finds_bugs.py"
@@ -56,6 +59,7 @@ class Hunt:
     program: list[str]
     budget: int
     max_shrunk_steps: int
+    loads: tuple[float, float, str] | None
 
     @classmethod
     def of(cls, case: CaseRun) -> Hunt:
@@ -78,6 +82,7 @@ class Hunt:
             program=json.loads(p["program"]),
             budget=int(p["hunt_examples"]),
             max_shrunk_steps=int(p["max_shrunk_steps"]),
+            loads=case.loads,
         )
 
 
@@ -104,9 +109,17 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _loads(hunted: list[Hunt]) -> str:
+    """The load while the hunts ran (lowest-highest over all of them)."""
+    got = [h.loads for h in hunted if h.loads is not None]
+    if not got:
+        return "load ?"
+    return load_range(min(g[0] for g in got), max(g[1] for g in got), got[0][2])
+
+
 def run_hunts(
     seeds: list[int], only: list[str]
-) -> tuple[list[str], list[str], bool, dict[str, str], int]:
+) -> tuple[list[str], list[str], bool, dict[str, str], int, list[tuple[str, str, str]]]:
     by_variant: dict[str, list[Hunt]] = {}
     excused: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rdq-stateful-bugs-") as tmp:
@@ -115,6 +128,7 @@ def run_hunts(
             for h in found:
                 by_variant.setdefault(h.variant, []).append(h)
     rows = []
+    history: list[tuple[str, str, str]] = []
     programs: list[str] = []
     ok = bool(by_variant)
     budget = 0
@@ -146,11 +160,21 @@ def run_hunts(
             f"| {first.examples_to_find} / {_median(examples):g} / {max(examples, default=0)} "
             f"| {first.seconds_to_find} / {_median(seconds):.2f} / {max(seconds, default=0):.2f} "
             f"| {first.shrunk_steps} / {max(steps, default=0)} "
-            f"| {_median(totals):.1f} |"
+            f"| {_median(totals):.1f} | {_loads(hunted)} |"
+        )
+        history.append(
+            (
+                f"stateful, `{variant}` seeds {' '.join(str(h.seed) for h in hunted)}: "
+                f"{', '.join(rules)}, examples {first.examples_to_find} / "
+                f"{_median(examples):g} / {max(examples, default=0)}, shrunk "
+                f"{first.shrunk_steps} / {max(steps, default=0)}",
+                _loads(hunted),
+                command("--seeds", *(str(s) for s in seeds), "--only", variant),
+            )
         )
         if variant == "lease_expired_numbered_from_count":
             programs = first.program
-    return rows, programs, ok, excused, budget
+    return rows, programs, ok, excused, budget, history
 
 
 def section(
@@ -186,8 +210,8 @@ Machine: 2 vCPU, {platform.python_implementation()} {platform.python_version()},
 other engineers' runs while measuring (times vary with the load; the example counts do
 not: each seed is deterministic). Whole benchmark: {seconds / 60:.1f} min.
 
-| class | broken backend | rule named | examples to find | seconds to find | shrunk (steps) | whole run (s, median) |
-|---|---|---|---|---|---|---|
+| class | broken backend | rule named | examples to find | seconds to find | shrunk (steps) | whole run (s, median) | load |
+|---|---|---|---|---|---|---|---|
 """  # noqa: E501
     tail = ""
     if program:
@@ -222,10 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=[], help="variants to run (default: all)")
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args(argv)
+    print(header(), file=sys.stderr, flush=True)
     started = time.perf_counter()
-    rows, program, ok, excused, budget = run_hunts(args.seeds, args.only)
+    rows, program, ok, excused, budget, history = run_hunts(args.seeds, args.only)
     text = section(rows, program, args.seeds, time.perf_counter() - started, excused, budget)
     print(text)
+    print(history_rows(history))
     if args.write:
         write(text)
     return 0 if ok else 1

@@ -279,6 +279,123 @@ class Capabilities:
 UTC = timezone.utc
 
 
+# ---- trusted constructors: values a storage decodes from what it wrote itself ----------------
+#
+# The dataclass constructors above copy and normalise what they are given (headers into a
+# read-only copy, attempts into a tuple), one ``object.__setattr__`` per field of a frozen
+# dataclass: the price of accepting anything a caller passes. A backend decoding a row it
+# wrote itself already holds exactly the values a constructed instance would: the
+# functions below build the same instance without that work. They are for the decode paths
+# of storages only (rows, records and replies read back); everything a caller passes in
+# (``NewTask``, the SPI's arguments) is validated by :mod:`rdq_core.validation` as before.
+# The instances are the dataclasses' own — equal, hashed, compared, printed and frozen the
+# same; ``tests/core/test_model_trusted.py`` holds them to it.
+
+_new = object.__new__
+_set = object.__setattr__
+#: Shared by every trusted task without headers (read-only, so sharing is unobservable
+#: but for ``is``).
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+def trusted_task(
+    id: str,
+    queue: str,
+    handler: str,
+    payload: bytes,
+    headers: dict[str, str],
+    status: Status,
+    attempt_count: int,
+    redrive_count: int,
+    next_attempt_at: datetime | None,
+    lease_expires_at: datetime | None,
+    created_at: datetime,
+    attempts: tuple[Attempt, ...] = (),
+) -> Task:
+    """The :class:`Task` of these fields, built without ``__post_init__``'s copies.
+
+    The caller vouches that every field already has the type a constructed task holds:
+    ``payload`` bytes, ``status`` a :class:`Status`, times aware UTC datetimes,
+    ``attempts`` a tuple of :class:`Attempt`, and ``headers`` a ``dict`` it hands over
+    (wrapped read-only, not copied: the caller must not keep it).
+    """
+    task = _new(Task)
+    _set(
+        task,
+        "__dict__",
+        {
+            "id": id,
+            "queue": queue,
+            "handler": handler,
+            "payload": payload,
+            "headers": MappingProxyType(headers) if headers else _NO_HEADERS,
+            "status": status,
+            "attempt_count": attempt_count,
+            "redrive_count": redrive_count,
+            "next_attempt_at": next_attempt_at,
+            "lease_expires_at": lease_expires_at,
+            "created_at": created_at,
+            "attempts": attempts,
+        },
+    )
+    return task
+
+
+def trusted_attempt(
+    attempt_no: int,
+    started_at: datetime,
+    finished_at: datetime,
+    outcome: Outcome,
+    error: ErrorInfo | None = None,
+) -> Attempt:
+    """The :class:`Attempt` of these fields (already of their types: see
+    :func:`trusted_task`), without a frozen dataclass's per-field ``__setattr__``."""
+    attempt = _new(Attempt)
+    _set(
+        attempt,
+        "__dict__",
+        {
+            "attempt_no": attempt_no,
+            "started_at": started_at,
+            "finished_at": finished_at,
+            "outcome": outcome,
+            "error": error,
+        },
+    )
+    return attempt
+
+
+def trusted_error(type: str, message: str, detail: str | None = None) -> ErrorInfo:
+    """The :class:`ErrorInfo` of these strings (see :func:`trusted_attempt`)."""
+    error = _new(ErrorInfo)
+    _set(error, "__dict__", {"type": type, "message": message, "detail": detail})
+    return error
+
+
+def trusted_claim(
+    task: Task,
+    token: str,
+    claimed_at: datetime,
+    lease_expires_at: datetime,
+    reclaimed: bool = False,
+) -> Claim:
+    """The :class:`Claim` of these fields (already of their types: see
+    :func:`trusted_task`; ``reclaimed`` a ``bool``)."""
+    claim = _new(Claim)
+    _set(
+        claim,
+        "__dict__",
+        {
+            "task": task,
+            "token": token,
+            "claimed_at": claimed_at,
+            "lease_expires_at": lease_expires_at,
+            "reclaimed": reclaimed,
+        },
+    )
+    return claim
+
+
 def utc_from_micros(us: int) -> datetime:
     """A UTC datetime from integer microseconds since the epoch (exact, no float)."""
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)

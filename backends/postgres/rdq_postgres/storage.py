@@ -88,6 +88,7 @@ from rdq_core.model import (
     Selector,
     Task,
     micros_from_utc,
+    trusted_claim,
     utc_from_micros,
 )
 from rdq_core.spi import Storage
@@ -435,13 +436,8 @@ def _claim_order(row: rows.Row) -> tuple[Any, Any]:
 
 def _claim(row: rows.Row, history: Sequence[Attempt]) -> Claim:
     """A Claim from a row of ``Queries.claim`` / ``claim_fresh`` and the task's history."""
-    return Claim(
-        rows.task(row, history),
-        token=row[11],
-        claimed_at=rows.utc(row[12]),
-        lease_expires_at=rows.utc(row[9]),
-        reclaimed=bool(row[13]),
-    )
+    task = rows.task(row, history)
+    return trusted_claim(task, row[11], rows.utc(row[12]), task.lease_expires_at, bool(row[13]))
 
 
 def _selection(selector: Selector) -> tuple[sql.Composable, dict[str, Any]]:

@@ -4,6 +4,11 @@
 Headers are encoded here and stored opaque by the scripts: ``k NUL v NUL k NUL v …``
 (header names and values never contain NUL: validation refuses it). Payloads are stored
 as they are: a Redis string holds any bytes.
+
+Decoding builds the model's values with its trusted constructors
+(:func:`rdq_core.model.trusted_task` and the others): what is decoded here was written by
+rdq_redis's own scripts from validated input, and each field is decoded to its exact type
+(a record that does not decode is :class:`CorruptRecord`, never a half-built value).
 """
 
 from __future__ import annotations
@@ -11,7 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 
-from rdq_core.model import Attempt, Claim, ErrorInfo, Outcome, Status, Task
+from rdq_core.model import (
+    Attempt,
+    Claim,
+    ErrorInfo,
+    Outcome,
+    Status,
+    Task,
+    trusted_attempt,
+    trusted_claim,
+    trusted_error,
+    trusted_task,
+)
 
 SEP = b"\0"
 STATUS = {b"P": Status.PENDING, b"I": Status.IN_FLIGHT, b"S": Status.SUCCEEDED, b"D": Status.DEAD}
@@ -35,11 +51,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def utc_from_micros(us: int) -> datetime:
     """``rdq_core.model.utc_from_micros`` (the same exact value), without building the
     epoch on every call: a claim decodes at least three times."""
-    return _EPOCH + timedelta(microseconds=us)
+    return _EPOCH + timedelta(0, 0, us)
 
 
 def _at(raw: bytes) -> datetime:
-    return _EPOCH + timedelta(microseconds=int(raw))
+    return _EPOCH + timedelta(0, 0, int(raw))  # positional: faster than microseconds=
 
 
 class CorruptRecord(ValueError):
@@ -87,9 +103,9 @@ def decode_history(raw: bytes) -> tuple[Attempt, ...]:
         error = None
         if flag != b"0":
             text = detail.decode() if flag == b"2" else None
-            error = ErrorInfo(etype.decode(), emsg.decode(), text)
+            error = trusted_error(etype.decode(), emsg.decode(), text)
         attempts.append(
-            Attempt(
+            trusted_attempt(
                 int(no),
                 utc_from_micros(int(started)),
                 utc_from_micros(int(finished)),
@@ -115,19 +131,19 @@ def decode_task(
     task_id: str, meta: bytes | list[bytes], payload: bytes, headers: bytes, history: bytes
 ) -> Task:
     f = split_meta(meta) if isinstance(meta, bytes) else meta
-    return Task(
-        id=task_id,
-        queue=f[QUEUE].decode(),
-        handler=f[HANDLER].decode(),
-        payload=bytes(payload),
-        headers=decode_headers(headers),
-        status=STATUS[f[STATE]],
-        attempt_count=int(f[COUNT]),
-        redrive_count=int(f[REDRIVES]),
-        next_attempt_at=_time(f[NEXT]),  # type: ignore[arg-type]
-        lease_expires_at=_time(f[LEASE]),  # type: ignore[arg-type]
-        created_at=utc_from_micros(int(f[CREATED])),
-        attempts=decode_history(history),
+    return trusted_task(
+        task_id,
+        f[QUEUE].decode(),
+        f[HANDLER].decode(),
+        bytes(payload),
+        decode_headers(headers),
+        STATUS[f[STATE]],
+        int(f[COUNT]),
+        int(f[REDRIVES]),
+        _time(f[NEXT]),  # type: ignore[arg-type]
+        _time(f[LEASE]),  # type: ignore[arg-type]
+        utc_from_micros(int(f[CREATED])),
+        decode_history(history),
     )
 
 
@@ -159,10 +175,12 @@ def decode_claims(rows: Sequence[Sequence[bytes | int]]) -> list[Claim]:
 
 def _claim(row: Sequence[bytes | int], at: Callable[[bytes], datetime]) -> Claim:
     task_id, meta, payload, headers, history, reclaimed = row
-    f = split_meta(meta)  # type: ignore[arg-type]
+    f = meta.split(SEP)  # type: ignore[union-attr]
+    if len(f) != META_FIELDS:
+        raise CorruptRecord(f"task record has {len(f)} fields, not {META_FIELDS}")
     lease = at(f[LEASE])
     due = f[NEXT]
-    task = Task(
+    task = trusted_task(
         task_id.decode(),  # type: ignore[union-attr]
         f[QUEUE].decode(),
         f[HANDLER].decode(),
@@ -176,4 +194,4 @@ def _claim(row: Sequence[bytes | int], at: Callable[[bytes], datetime]) -> Claim
         at(f[CREATED]),
         decode_history(history) if history else (),  # type: ignore[arg-type]
     )
-    return Claim(task, f[TOKEN].decode(), at(f[CLAIMED]), lease, bool(reclaimed))
+    return trusted_claim(task, f[TOKEN].decode(), at(f[CLAIMED]), lease, bool(reclaimed))
