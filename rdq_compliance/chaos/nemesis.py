@@ -274,8 +274,8 @@ class Nemesis:
 
     def _apply(self, fault: PlannedFault) -> bool:
         family, kind = self.families.kind(fault.kind)
-        if kind.talks_to_server and self.server_frozen:
-            return False
+        if kind.talks_to_server and (self.server_frozen or self.server_down):
+            return False  # held until the server answers again (a later tick)
         return family.apply(fault, self)
 
     # ---- what a family applies its faults with ------------------------------------------

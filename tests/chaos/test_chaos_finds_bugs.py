@@ -14,8 +14,8 @@ Class 4 needs a redriven task to lose its lease: the standard workload's poison 
 again) make that happen on every run; a kill that lands on a redriven task does too.
 
 Cost: about 20 s per class (class 7 ~45 s: its kill points wait for tasks that vanish;
-class 4 waits out the 60 s drain timeout: ~75 s), ~3.5 min in all, ~2 min with
-``-n 2``. ``--rdq-chaos-scenario`` runs another scenario instead.
+class 4 waits out the 60 s drain timeout: ~75 s), ~3.5 min in all, ~2 min with ``-n 2``.
+``--rdq-chaos-scenario`` runs another scenario instead.
 ``python benchmarks/chaos_bugs.py`` runs this module and tabulates the line each case
 records (BENCHMARKS.md, "Chaos suite: bug classes found").
 """

@@ -22,6 +22,14 @@ idle socket has anything to read, the server has most likely sent a termination 
 is closed and replaced before the caller's statement is sent. (The pool's own ``check``
 hook is not used: after a failed check it backs off for about a second.)
 
+**A connection made ahead.** Whoever made a namespace may also have made its first
+connection, in the background (the kit's namespace stock does): :func:`offer_connection`
+leaves it for the next source of this process on that DSN and schema with the default
+``application_name``, which takes it as its probe instead of connecting (a new session
+costs 5-15 ms: fork of a server process, start-up, catalog caches). An offered
+connection that died meanwhile is closed and a new one made; :func:`withdraw_connection`
+closes one nobody took.
+
 **Failing fast while the server is down.** A pool whose connections died gets them back
 only through its background worker, which retries with a growing back-off (1, 2, 4 …
 seconds): waiting for it would make every call of an already open storage wait the whole
@@ -76,6 +84,9 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 #: Pools inherited through fork: kept referenced, never used nor closed in the child.
 _INHERITED: list[object] = []
 _SOURCES: weakref.WeakSet[ConnectionSource] = weakref.WeakSet()
+#: Connections made ahead, by (dsn, schema): (the pid that made it, the connection).
+_OFFERED: dict[tuple[str, str], tuple[int, psycopg.Connection]] = {}
+_OFFERED_LOCK = threading.Lock()
 
 
 def default_application_name(schema_: str) -> str:
@@ -96,6 +107,44 @@ def connection_kwargs(dsn: str, application_name: str) -> dict[str, Any]:
     if "connect_timeout" not in given:
         kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
     return kwargs
+
+
+def connect_for(dsn: str, schema_: str) -> psycopg.Connection:
+    """A new connection for ``schema_`` as a source with the default ``application_name``
+    makes its own (what :func:`offer_connection` wants). Raises raw ``psycopg.Error``."""
+    name = default_application_name(schema.schema_name(schema_))
+    return psycopg.Connection.connect(dsn, **connection_kwargs(dsn, name))
+
+
+def offer_connection(dsn: str, schema_: str, conn: psycopg.Connection) -> None:
+    """Leave ``conn`` (from :func:`connect_for`, idle) for the next source of this process
+    on ``dsn`` and ``schema_`` (see "A connection made ahead"); replaces one offered
+    before, which is closed."""
+    with _OFFERED_LOCK:
+        old = _OFFERED.pop((dsn, schema_), None)
+        _OFFERED[(dsn, schema_)] = (os.getpid(), conn)
+    if old is not None and old[0] == os.getpid():
+        old[1].close()
+
+
+def withdraw_connection(dsn: str, schema_: str) -> None:
+    """Close the connection offered for ``schema_`` if no source took it."""
+    with _OFFERED_LOCK:
+        offered = _OFFERED.pop((dsn, schema_), None)
+    if offered is not None and offered[0] == os.getpid():
+        offered[1].close()
+
+
+def _take_offered(dsn: str, schema_: str) -> psycopg.Connection | None:
+    with _OFFERED_LOCK:
+        offered = _OFFERED.pop((dsn, schema_), None)
+    if offered is None or offered[0] != os.getpid():
+        return None  # none, or the parent's (never used nor closed in a child)
+    conn = offered[1]
+    if is_cut(conn):
+        conn.close()
+        return None
+    return conn
 
 
 def is_cut(conn: psycopg.Connection) -> bool:
@@ -168,6 +217,8 @@ class ConnectionSource:
         self._kwargs = connection_kwargs(
             dsn, application_name or default_application_name(self.schema)
         )
+        #: whether a connection offered for the schema may be taken (default name only)
+        self._may_take_offered = application_name is None
         self._min_size = min_size
         self._max_size = max_size
         self._timeout = timeout
@@ -195,17 +246,28 @@ class ConnectionSource:
     def _open_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection]:
         handoff: list[psycopg.Connection] = []
         connection_class = _handoff_class(handoff)
-        try:
-            probe = connection_class.connect(self.dsn, **self._kwargs)
-        except psycopg.Error as exc:
-            raise map_error(exc, "connect", self.where) from exc
-        try:
-            schema.migrate(probe, self.schema)
-        except BaseException as exc:
-            probe.close()
-            if isinstance(exc, psycopg.Error):
-                raise map_error(exc, "open", self.where) from exc
-            raise
+        probe = _take_offered(self.dsn, self.schema) if self._may_take_offered else None
+        if probe is not None:
+            try:
+                schema.migrate(probe, self.schema)
+            except psycopg.Error:
+                probe.close()  # as if it had not been offered: connect and check anew
+                probe = None
+            except BaseException:
+                probe.close()
+                raise
+        if probe is None:
+            try:
+                probe = connection_class.connect(self.dsn, **self._kwargs)
+            except psycopg.Error as exc:
+                raise map_error(exc, "connect", self.where) from exc
+            try:
+                schema.migrate(probe, self.schema)
+            except BaseException as exc:
+                probe.close()
+                if isinstance(exc, psycopg.Error):
+                    raise map_error(exc, "open", self.where) from exc
+                raise
         handoff.append(probe)  # the pool's first connection: no second connect
         pool: psycopg_pool.ConnectionPool[psycopg.Connection] = psycopg_pool.ConnectionPool(
             self.dsn,

@@ -24,7 +24,11 @@ from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
 from rdq_core.errors import BackendUnavailable
 from rdq_postgres import schema
-from rdq_postgres.connection import CONNECT_TIMEOUT_S, default_application_name
+from rdq_postgres.connection import (
+    CONNECT_TIMEOUT_S,
+    default_application_name,
+    withdraw_connection,
+)
 from rdq_postgres.errors import map_error, mask_dsn
 from rdq_postgres.stock import NamespaceStock, new_namespace_name
 
@@ -120,6 +124,7 @@ class PostgresServer(Server):
 
     def drop_namespace(self, namespace: str) -> None:
         schema.schema_name(namespace)
+        withdraw_connection(self.dsn, namespace)  # made ahead by the stock, never taken
         self.admin.call("drop_namespace", lambda conn: self._drop_on(conn, namespace))
         self.admin.dropped(namespace)
 

@@ -2,15 +2,20 @@
 
 Creating a schema with its tables and indexes takes ~15-25 ms of catalog work and
 dropping it ~7-10 ms; the kit creates one per test and drops it after. A
-:class:`NamespaceStock` does both on a daemon thread with its own connection: it keeps a
+:class:`NamespaceStock` does both on two daemon threads (one makes, one drops), each with
+its own connection: it keeps a
 few fresh, never used namespaces ready (:meth:`take` hands one out without waiting, or
 ``None`` when none is ready, and the caller creates one itself), and drops the ones
 handed to :meth:`discard` (with the ``drop`` function it was given, the server's own),
-reporting each drop through ``on_dropped``. Keeping one namespace ready comes first, then
-the drops, then filling the stock up. Errors in the thread (server down, restarting)
-only pause it; a namespace whose drop failed stays queued. In a forked child the stock
-is empty and drops nothing (the thread does not exist there): callers then create and
-drop synchronously. :meth:`close` stops the thread and returns what it still held, to
+reporting each drop through ``on_dropped``. (One thread doing both fell behind a
+run of short tests on a loaded server, which then made ~15 % of their namespaces
+themselves, at ~60 ms each.) With each namespace it makes the
+namespace's first connection too, and :meth:`take` offers it to the storage that will
+open the namespace (:func:`rdq_postgres.connection.offer_connection`): opening it then
+costs no new session. Errors in a thread (server down, restarting) only pause it; a
+namespace whose drop failed stays queued. In a forked child the stock is empty and
+drops nothing (the threads do not exist there): callers then create and drop
+synchronously. :meth:`close` stops the threads and returns what they still held, to
 be dropped by the caller.
 
 Plugin half (only :class:`rdq_postgres.server.PostgresServer` uses it), although it
@@ -28,10 +33,15 @@ from collections.abc import Callable
 import psycopg
 
 from rdq_postgres import schema
-from rdq_postgres.connection import CONNECT_TIMEOUT_S
+from rdq_postgres.connection import (
+    CONNECT_TIMEOUT_S,
+    connect_for,
+    offer_connection,
+    withdraw_connection,
+)
 
 #: How many ready namespaces the stock keeps.
-STOCK_SIZE = 4
+STOCK_SIZE = 6
 #: Seconds the thread pauses after an error before trying again.
 RETRY_PAUSE_S = 1.0
 
@@ -60,22 +70,30 @@ class NamespaceStock:
         self._size = size
         self._drop = drop or schema.drop_namespace
         self._on_dropped = on_dropped
-        self._ready: deque[str] = deque()
+        self._ready: deque[tuple[str, psycopg.Connection | None]] = deque()
         self._doomed: deque[str] = deque()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
+        self._wake = {"create": threading.Event(), "drop": threading.Event()}
         self._stop = threading.Event()
         self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._work, name="rdq-postgres-stock", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(
+                target=self._work, args=(role,), name=f"rdq-postgres-stock-{role}", daemon=True
+            )
+            for role in ("create", "drop")
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def take(self) -> str | None:
         """A ready namespace, or ``None`` (never waits)."""
         if not self._alive():
             return None
         with self._lock:
-            namespace = self._ready.popleft() if self._ready else None
-        self._wake.set()
+            namespace, first = self._ready.popleft() if self._ready else (None, None)
+        self._wake["create"].set()
+        if namespace is not None and first is not None:
+            offer_connection(self._dsn, namespace, first)
         return namespace
 
     def discard(self, namespace: str) -> bool:
@@ -85,7 +103,7 @@ class NamespaceStock:
             return False
         with self._lock:
             self._doomed.append(namespace)
-        self._wake.set()
+        self._wake["drop"].set()
         return True
 
     def _alive(self) -> bool:
@@ -97,32 +115,50 @@ class NamespaceStock:
         if os.getpid() != self._pid:
             return []
         self._stop.set()
-        self._wake.set()
-        self._thread.join(30)
+        for wake in self._wake.values():
+            wake.set()
+        for thread in self._threads:
+            thread.join(30)
         with self._lock:
-            left = [*self._doomed, *self._ready]
+            ready, doomed = list(self._ready), list(self._doomed)
             self._ready, self._doomed = deque(), deque()
-        return left
+        for _, first in ready:
+            if first is not None:
+                first.close()
+        return [*doomed, *(namespace for namespace, _ in ready)]
 
-    def _next(self) -> tuple[str, str | None]:
-        """What to do now: ("drop", name), ("create", None) or ("wait", None)."""
+    def _next(self, role: str) -> tuple[str, str | None]:
+        """What the ``role`` thread does now: ("drop", name), ("create", None) or
+        ("wait", None)."""
         with self._lock:
-            if self._doomed and (self._ready or self._size == 0):
-                return "drop", self._doomed.popleft()
-            if len(self._ready) < self._size:
-                return "create", None
-            if self._doomed:
-                return "drop", self._doomed.popleft()
-            return "wait", None
+            if role == "drop":
+                return ("drop", self._doomed.popleft()) if self._doomed else ("wait", None)
+            return ("create", None) if len(self._ready) < self._size else ("wait", None)
 
-    def _work(self) -> None:
+    def _first_connection(self, namespace: str) -> psycopg.Connection | None:
+        """The namespace's first connection, its catalog caches warmed by reading the
+        ledger as a storage opening it does; ``None`` if it cannot be made (the storage
+        then connects itself)."""
+        try:
+            first = connect_for(self._dsn, namespace)
+        except psycopg.Error:
+            return None
+        try:
+            schema.ledger_versions(first, namespace)
+        except psycopg.Error:
+            first.close()
+            return None
+        return first
+
+    def _work(self, role: str) -> None:
         conn: psycopg.Connection | None = None
+        wake = self._wake[role]
         try:
             while not self._stop.is_set():
-                action, namespace = self._next()
+                action, namespace = self._next(role)
                 if action == "wait":
-                    self._wake.wait()
-                    self._wake.clear()
+                    wake.wait()
+                    wake.clear()
                     continue
                 try:
                     if conn is None or conn.closed:
@@ -132,12 +168,15 @@ class NamespaceStock:
                             connect_timeout=CONNECT_TIMEOUT_S,
                             application_name="rdq:admin",
                         )
+                    first = None
                     if action == "drop":
                         assert namespace is not None
+                        withdraw_connection(self._dsn, namespace)  # if nobody took it
                         self._drop(conn, namespace)
                     else:
                         namespace = new_namespace_name()
                         schema.create_new_namespace(conn, namespace)
+                        first = self._first_connection(namespace)
                 except psycopg.Error:
                     if action == "drop" and namespace is not None:
                         with self._lock:
@@ -151,7 +190,7 @@ class NamespaceStock:
                     self._on_dropped(namespace)
                 else:
                     with self._lock:
-                        self._ready.append(namespace)
+                        self._ready.append((namespace, first))
         finally:
             if conn is not None:
                 conn.close()

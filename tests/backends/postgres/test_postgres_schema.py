@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 from psycopg import sql
-from rdq_postgres import schema
+from rdq_postgres import connection, schema
 from rdq_postgres.errors import is_retryable
 from rdq_postgres.plugin import PostgresBackend
 from rdq_postgres.server import PostgresServer
@@ -385,7 +385,7 @@ def test_close_drops_what_the_stock_holds_and_what_was_discarded(dsn, raw):
     stock = server._stock
     assert stock is not None
     assert _until(lambda: len(stock._ready) == 3)
-    made = list(stock._ready)
+    made = [ns for ns, _ in stock._ready]
     handed = [server.create_namespace() for _ in range(4)]
     for ns in handed:
         server.discard_namespace(ns)
@@ -472,3 +472,83 @@ def test_ledger_versions_tells_a_missing_ledger_in_and_out_of_a_transaction(raw)
             assert schema.ledger_versions(raw, bare) == [schema.LATEST_VERSION]
     finally:
         schema.drop_namespace(raw, bare)
+
+
+def _backend_pid(storage: PostgresStorage) -> int:
+    with storage._source.connection() as conn:
+        return conn.info.backend_pid
+
+
+def test_a_storage_takes_the_connection_the_stock_made_ahead(dsn, raw):
+    """The stock makes each namespace's first connection with it; the storage opening the
+    namespace takes it (no new session), with the namespace's application_name; one that
+    died meanwhile is replaced by a new one; one nobody took is closed with the drop."""
+    server = PostgresServer(dsn, prefetch=2)
+    try:
+        assert _until(lambda: len(server._stock._ready) == 2)
+        ns = server.create_namespace()
+        offered = connection._OFFERED[(dsn, ns)][1]
+        storage = PostgresStorage(dsn, ns)
+        try:
+            assert _backend_pid(storage) == offered.info.backend_pid
+            assert (dsn, ns) not in connection._OFFERED
+            name = raw.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE pid = %s",
+                (offered.info.backend_pid,),
+            ).fetchone()
+            assert name == (f"rdq:{ns}",)
+        finally:
+            storage.close()
+        server.discard_namespace(ns)
+        # cut before it is taken: the storage connects anew and works
+        assert _until(lambda: len(server._stock._ready) == 2)
+        cut = server.create_namespace()
+        dead = connection._OFFERED[(dsn, cut)][1]
+        assert server.cut_connections(cut) == 1
+        storage = PostgresStorage(dsn, cut)
+        try:
+            storage.enqueue(NewTask(id="t", queue="q", handler="h"))
+            assert _backend_pid(storage) != dead.info.backend_pid and dead.closed
+        finally:
+            storage.close()
+        # never taken: closed when the namespace is dropped
+        assert _until(lambda: len(server._stock._ready) == 2)
+        unused = server.create_namespace()
+        idle = connection._OFFERED[(dsn, unused)][1]
+        server.drop_namespace(unused)
+        assert idle.closed and (dsn, unused) not in connection._OFFERED
+        # a storage with its own application_name leaves the offer alone
+        assert _until(lambda: len(server._stock._ready) == 2)
+        named = server.create_namespace()
+        storage = PostgresStorage(dsn, named, application_name="mine")
+        try:
+            storage.now()
+            assert (dsn, named) in connection._OFFERED
+        finally:
+            storage.close()
+    finally:
+        server.close()
+    assert not any(key[0] == dsn for key in connection._OFFERED), "close left an offer open"
+
+
+def _child_takes_no_offer(dsn: str, ns: str, out) -> None:
+    out.put(connection._take_offered(dsn, ns) is None)
+
+
+def test_a_forked_child_never_takes_its_parents_offered_connection(dsn, raw):
+    ns = f"rdq_{uuid.uuid4().hex}"
+    schema.create_new_namespace(raw, ns)
+    first = connection.connect_for(dsn, ns)
+    connection.offer_connection(dsn, ns, first)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        child = ctx.Process(target=_child_takes_no_offer, args=(dsn, ns, out))
+        child.start()
+        assert out.get(timeout=30) is True
+        child.join(30)
+        assert not first.closed and first.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        connection.withdraw_connection(dsn, ns)
+        schema.drop_namespace(raw, ns)
+    assert first.closed
