@@ -4,7 +4,7 @@ For each broken multi-process backend the standard chaos suite must catch
 (``tests.broken.sqlite:<bug>``, classes 1, 2, 3, 4, 7, 8: the catalogue's,
 ``tests/broken/catalogue.py``), runs the kit's proof of it,
 ``pytest tests/chaos/test_chaos_finds_bugs.py``, one case at a time: the standard chaos
-scenario (unchanged: 8 worker processes, 2,000 tasks, 14 s of faults, then the drain)
+scenario (unchanged: 8 worker processes, 2,000 tasks, 40 s of faults, then the drain)
 against a fresh SQLite server. It prints a table of the figures each case records: the
 rule the checker named, how many violations, how long after the campaign's start the
 history first showed the bug, and the whole run's time; then the same campaign against

@@ -3,7 +3,7 @@
 For each of classes 1, 2, 3, 4, 7 and 8, a broken multi-process backend
 (``tests.broken.sqlite``: the SQLite backend with one piece done the way a real queue
 once got it wrong) goes through the built-in ``standard`` scenario, its budget unchanged
-(8 worker processes, 2,000 tasks, 14 s of faults, a 60 s drain), exactly as
+(8 worker processes, 2,000 tasks, 40 s of faults, a 60 s drain), exactly as
 ``pytest --rdq-backend=... -m chaos`` would run it. The run must report violations, one
 of them of the rule that class breaks, naming the task and the workers; how long after
 the campaign's start the history first showed the bug ("found after", see
@@ -13,9 +13,8 @@ Class 4 needs a redriven task to lose its lease: the standard workload's poison 
 (overrun on every attempt, so dead-lettered by lease expiries, redriven, and expired
 again) make that happen on every run; a kill that lands on a redriven task does too.
 
-Cost: about 20 s per class (class 7 ~45 s: its kill points wait for tasks that vanish;
-class 4 waits out the 60 s drain timeout: ~75 s), ~3.5 min in all, ~2 min with ``-n 2``.
-``--rdq-chaos-scenario`` runs another scenario instead.
+Cost: about 45 s per class (class 4 waits out the 60 s drain timeout: ~100 s), ~5.5 min
+in all, ~3.5 min with ``-n 2``. ``--rdq-chaos-scenario`` runs another scenario instead.
 ``python benchmarks/chaos_bugs.py`` runs this module and tabulates the line each case
 records (BENCHMARKS.md, "Chaos suite: bug classes found").
 """
