@@ -41,7 +41,10 @@ Usage::
 
 ``--profile`` measures no cells: it runs one worker of each side given (``backend``,
 ``bare``) in this process, timed (tasks/s, wall and client CPU per task), then under
-``cProfile``, and prints where its time goes.
+``cProfile``, and prints where its time goes; then the client's own work without the
+network: both sides' cycles with redis-py's ``evalsha`` answered in-process by a canned
+reply of the claim script (recorded from the server first), so only what each side does
+around the driver is timed.
 
 Every run prints first the date, commit, command and load (``_figures.header``), and in
 the table the load while each cell was measured; at the end, each cell as a history row
@@ -336,6 +339,50 @@ class RedisBench(Bench):
         )
 
 
+def canned(bench: RedisBench, batch: int, cycles: int = 20_000, rounds: int = 5) -> str:
+    """CPU per cycle of the backend and the bare loop with the network taken out: each
+    side's ``evalsha`` answers a claim with a reply the claim script gave for ``batch``
+    tasks and a complete with success; ``rounds`` interleaved runs of ``cycles``."""
+    namespace = bench.server.create_namespace()
+    try:
+        fill(bench.client, namespace, batch * 4, bench.args.fill_chunk)
+        backend, bare = _Backend(bench.dsn, namespace), _Bare(bench.dsn, namespace)
+        try:
+            prefix = Layout(namespace).of_queue(QUEUE).bucket + secrets.token_hex(13)
+            claim_keys = Keys.of(namespace).claim
+            reply = bare.client.evalsha(
+                bare.claim_sha, 6, *claim_keys, QUEUE, batch, LEASE_US, prefix
+            )
+            client, scripts = backend.storage._scripts()
+            shas = {scripts.sha("claim"), bare.claim_sha}
+
+            def answer(sha: str, numkeys: int, *args: object) -> object:
+                return reply if sha in shas else [1]
+
+            client.evalsha = answer
+            bare.client.evalsha = answer
+            spent = {"backend": 0.0, "bare": 0.0}
+            for rnd in range(rounds):
+                for name, side in (("backend", backend), ("bare", bare))[:: 1 if rnd % 2 else -1]:
+                    cpu = time.process_time()
+                    for _ in range(cycles):
+                        side.cycle(batch, float("inf"))
+                    spent[name] += time.process_time() - cpu
+        finally:
+            backend.close()
+            bare.close()
+    finally:
+        bench.server.drop_namespace(namespace)
+    per = {k: v / (cycles * rounds) * 1e6 for k, v in spent.items()}
+    return (
+        f"without the network (claim reply of {len(reply)} task(s) canned, {rounds} x "
+        f"{cycles:,} cycles per side, interleaved): backend {per['backend']:.1f} µs per cycle "
+        f"({per['backend'] / batch:.1f} per task), bare redis-py {per['bare']:.1f} µs "
+        f"({per['bare'] / batch:.1f} per task); the backend's own work: "
+        f"{(per['backend'] - per['bare']) / batch:.1f} µs per task"
+    )
+
+
 def _spread(cell: Cell, side: str, base: str) -> str:
     """The lowest-highest and the median round ratio of ``side`` to ``base``."""
     rounds = cell.round_ratios(side, base)
@@ -414,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             for batch in args.batches:
                 print(bench.profile(args.profile, batch, args.top), flush=True)
+                print(canned(bench, batch), flush=True)
             return 0
         cells = bench.run()
         print()
