@@ -1,5 +1,5 @@
 """The order the kit's own tests run in: the long ones first, longest first, so that
-``pytest -n 2`` does not end with one worker running a four-minute test while the other
+``pytest -n 3`` does not end with one worker running a four-minute test while the other
 idles.
 
 ``tests/durations.json`` holds the seconds each of the slowest tests took in a CI run
@@ -12,7 +12,7 @@ what runs.
 
 xdist hands tests out in chunks (by default a quarter of each worker's share up front,
 which would give one worker every long test): :func:`hand_out_few` makes it keep only a
-couple pending per worker, so the long tests spread over both.
+couple pending per worker, so the long tests spread over all of them.
 """
 
 from __future__ import annotations
