@@ -42,7 +42,10 @@ RULES: dict[str, str] = {
     "dlq-complete": "the DLQ lists exactly the DEAD tasks, once each, with their whole history",
     "outcome-recorded": "an acknowledged outcome is in the task's history, at its claim (SPEC §2)",
     "drain-complete": "after the drain every enqueued task is SUCCEEDED or DEAD (SPEC §3)",
-    "drain-timeout": "the run drains: no task still PENDING/IN_FLIGHT at the drain deadline (§3)",
+    "drain-timeout": (
+        "the run drains: no task still PENDING/IN_FLIGHT when the drain ends "
+        "(at its deadline, or stalled) (§3)"
+    ),
     "durability": "acknowledged work survives a kill and restart of the server (SPEC §5.13)",
     "cluster-keys": (
         "a server-side script or transaction touches only keys it declared, all in one "

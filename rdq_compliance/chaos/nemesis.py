@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rdq_compliance.chaos.events import INFO, INVOKE
+from rdq_compliance.chaos.events import INFO, INVOKE, OK
 from rdq_compliance.chaos.faults.counters import Counters
 from rdq_compliance.chaos.faults.family import (
     Counts,
@@ -117,31 +117,63 @@ class RunTracker:
 
     def __init__(self) -> None:
         self._offsets: dict[str, int] = {}
-        self._open: dict[str, set[str]] = {}
+        self._open: dict[str, dict[str, str]] = {}
 
     def open_runs(self, journal: Path, proc: str) -> int:
-        runs = self._open.setdefault(proc, set())
-        try:
-            with open(journal, "rb") as fh:
-                fh.seek(self._offsets.get(proc, 0))
-                data = fh.read()
-        except OSError:
-            return 0
-        end = data.rfind(b"\n") + 1
-        self._offsets[proc] = self._offsets.get(proc, 0) + end
-        for raw in data[:end].splitlines():
-            if b'"op":"run"' not in raw:
-                continue
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                continue
+        return len(self.held(journal, proc))
+
+    def held(self, journal: Path, proc: str) -> dict[str, str]:
+        """The handlers ``proc`` is running: token -> task id."""
+        runs = self._open.setdefault(proc, {})
+        for event in _new_events(journal, proc, self._offsets, b'"op":"run"'):
             token = str(event.get("token"))
             if event.get("type") == INVOKE:
-                runs.add(token)
+                runs[token] = str(event.get("task"))
             else:
-                runs.discard(token)
-        return len(runs)
+                runs.pop(token, None)
+        return runs
+
+
+class ClaimTracker:
+    """The newest claim token of every task, read from all the workers' journals."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[str, int] = {}
+        self.latest: dict[str, str] = {}
+
+    def update(self, history_dir: Path) -> None:
+        for journal in sorted(history_dir.glob("w*.jsonl")):
+            for event in _new_events(journal, journal.stem, self._offsets, b'"op":"claim"'):
+                if event.get("type") != OK:
+                    continue
+                for claim in event.get("claims") or ():
+                    if isinstance(claim, dict) and "task" in claim:
+                        self.latest[str(claim["task"])] = str(claim.get("token"))
+
+
+def _new_events(
+    journal: Path, proc: str, offsets: dict[str, int], needle: bytes
+) -> list[dict[str, Any]]:
+    """The whole lines written to ``journal`` since the last look that hold ``needle``."""
+    try:
+        with open(journal, "rb") as fh:
+            fh.seek(offsets.get(proc, 0))
+            data = fh.read()
+    except OSError:
+        return []
+    end = data.rfind(b"\n") + 1
+    offsets[proc] = offsets.get(proc, 0) + end
+    out = []
+    for raw in data[:end].splitlines():
+        if needle not in raw:
+            continue
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
 
 
 @dataclass
@@ -194,6 +226,7 @@ class Nemesis:
         self._pending: list[_Pending] = []
         self._draining = False
         self._runs = RunTracker()
+        self._claims = ClaimTracker()
         self._states = {family.name: family.new_state() for family in self.families}
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -321,6 +354,20 @@ class Nemesis:
             if self._runs.open_runs(journal, w.name):
                 return w
         return first
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def held_claims(self, w: WorkerProc) -> dict[str, str]:
+        """The claims ``w`` is running a handler for, by its journal: token -> task id."""
+        return dict(self._runs.held(self.fleet.history_dir / f"{w.name}.jsonl", w.name))
+
+    def reclaimed(self, held: dict[str, str]) -> bool:
+        """Whether another claim of one of these tasks has been made since (by the
+        workers' journals)."""
+        self._claims.update(self.fleet.history_dir)
+        return any(self._claims.latest.get(task, token) != token for token, task in held.items())
 
     def journal_fault(self, kind: str, w: WorkerProc, **extra: object) -> None:
         self.journal.write(INFO, "fault", kind=kind, target=w.name, target_pid=w.pid, **extra)

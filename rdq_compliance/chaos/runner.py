@@ -82,7 +82,8 @@ def make_tasks(scenario: Scenario) -> list[NewTask]:
             payload["s"] = round(rng.uniform(*mix.duration), 4)
         if kind == "flaky":
             payload["failures"] = rng.randint(*mix.failures)
-        delay = timedelta(seconds=round(rng.uniform(0, scenario.spread), 3))
+        spread = scenario.spread if mix.spread is None else mix.spread
+        delay = timedelta(seconds=round(rng.uniform(0, spread), 3))
         out.append(
             NewTask(
                 id=f"t{i:0{width}d}",
@@ -255,11 +256,17 @@ def run_campaign(
             time.monotonic() + scenario.limits.drain_timeout, max(stop_at, time.monotonic() + 5.0)
         )
         d0 = time.monotonic()
-        result.drained = _drain(
-            storage, queue, nemesis, drain_end, lambda: report_progress("drain")
+        result.drained, stalled = _drain(
+            storage, queue, nemesis, drain_end, scenario.stall, lambda: report_progress("drain")
         )
         result.drain_time = time.monotonic() - d0
-        if not result.drained:
+        if stalled:
+            counters.notes.append(
+                f"the drain stalled: no task changed status for {scenario.stall:.0f}s "
+                f"(after {result.drain_time:.0f}s of draining) while tasks were still "
+                "PENDING or IN_FLIGHT"
+            )
+        elif not result.drained:
             counters.notes.append(
                 f"the drain did not quiesce within {scenario.limits.drain_timeout:.0f}s: "
                 "tasks were still PENDING or IN_FLIGHT"
@@ -327,10 +334,19 @@ def _harness_storage(
 
 
 def _drain(
-    storage: Storage, queue: str, nemesis: Nemesis, end: float, tick: Callable[[], None]
-) -> bool:
-    """Let the workers finish: True once no task is PENDING or IN_FLIGHT."""
+    storage: Storage,
+    queue: str,
+    nemesis: Nemesis,
+    end: float,
+    stall: float,
+    tick: Callable[[], None],
+) -> tuple[bool, bool]:
+    """Let the workers finish: ``(drained, stalled)``. Drained once no task is PENDING
+    or IN_FLIGHT; stalled when the queue's counts by status have not moved for ``stall``
+    seconds while some task still is (a wedged task: every reclaim of it fails)."""
     quiet_since: float | None = None
+    last: tuple[int, ...] | None = None
+    moved = time.monotonic()
     while time.monotonic() < end:
         nemesis.tick()  # replaces dead workers; retries a resume that failed at stop_faults
         tick()
@@ -338,16 +354,23 @@ def _drain(
             stats = storage.stats(queue)
         except Exception:
             stats = None
+        now = time.monotonic()
+        if stats is not None:
+            counts = (stats.pending, stats.due, stats.in_flight, stats.succeeded, stats.dead)
+            if counts != last:
+                last, moved = counts, now
+            elif now - moved >= stall and (stats.pending or stats.in_flight):
+                return False, True
         if stats is not None and stats.pending == 0 and stats.in_flight == 0:
             # Two looks a little apart: a report in flight cannot revive a terminal task,
             # but be sure no worker is mid-claim of something we have not seen.
-            if quiet_since is not None and time.monotonic() - quiet_since >= 0.2:
-                return True
-            quiet_since = quiet_since or time.monotonic()
+            if quiet_since is not None and now - quiet_since >= 0.2:
+                return True, False
+            quiet_since = quiet_since or now
         else:
             quiet_since = None
         time.sleep(0.05)
-    return False
+    return False, False
 
 
 # ---- provisioning -------------------------------------------------------------------------

@@ -148,7 +148,10 @@ class HandlerMix:
 
     An entry of ``[workload.handlers]`` is named after its behaviour (``ok = {...}``) or
     names it (``slow = { kind = "ok", duration = ["0.8s", "1.4s"], weight = 5 }``), so a
-    mix may hold several entries of one behaviour.
+    mix may hold several entries of one behaviour. Any entry may give its own ``spread``
+    (``spread = "3s"``): its tasks' due times are spread over that instead of the
+    workload's (poison tasks due early have time to be dead-lettered, redriven and
+    reclaimed again within a short fault window).
     """
 
     kind: str
@@ -160,6 +163,8 @@ class HandlerMix:
     factor: float = 1.8
     times: int = 1
     abandon: bool = False
+    #: Seconds over which this entry's due times are spread (``None``: the workload's).
+    spread: float | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,9 @@ class Limits:
     deadline: float = 170.0
     #: How long the drain may take (seconds) before the run is declared not quiesced.
     drain_timeout: float = 60.0
+    #: The drain also ends, not quiesced, once the queue's counts by status have not
+    #: changed for this long (seconds; ``None``: :meth:`Scenario.drain_stall`'s bound).
+    drain_stall: float | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,20 @@ class Scenario:
     faults: Faults = field(default_factory=BUILTIN.defaults)
     limits: Limits = field(default_factory=Limits)
     source: Path | None = None
+
+    @property
+    def stall(self) -> float:
+        """How long the drain waits on counts that do not move: the limit given, else
+        the longest a task of this workload can stay IN_FLIGHT without any count moving
+        (every attempt an overrun past the lease, then the poll that reclaims it), plus a
+        lease, and at least 10 s."""
+        if self.limits.drain_stall is not None:
+            return self.limits.drain_stall
+        w = self.workers
+        factor = max([h.factor for h in self.workload.handlers if h.kind == "overrun"] or [1.0])
+        longest = max([h.duration[1] for h in self.workload.handlers] or [0.0])
+        attempt = max(w.lease * factor, longest) + w.max_poll_interval
+        return max(10.0, (w.max_attempts + 1) * attempt + w.lease + w.retry_cap)
 
     def with_seed(self, seed: int) -> Scenario:
         return replace(self, seed=check_seed(seed, "seed"))
@@ -241,10 +263,10 @@ def _workers(t: Table) -> WorkerSettings:
 
 
 _HANDLER_KEYS: dict[str, tuple[str, ...]] = {
-    "ok": ("kind", "weight", "duration"),
-    "flaky": ("kind", "weight", "duration", "failures"),
-    "permanent": ("kind", "weight", "duration"),
-    "overrun": ("kind", "weight", "factor", "times", "abandon"),
+    "ok": ("kind", "weight", "duration", "spread"),
+    "flaky": ("kind", "weight", "duration", "failures", "spread"),
+    "permanent": ("kind", "weight", "duration", "spread"),
+    "overrun": ("kind", "weight", "factor", "times", "abandon", "spread"),
 }
 
 
@@ -276,6 +298,7 @@ def _handler(t: Table, name: str) -> HandlerMix:
         else d.factor,
         times=t.integer("times", d.times, low=1) if kind == "overrun" else d.times,
         abandon=t.flag("abandon", d.abandon) if kind == "overrun" else d.abandon,
+        spread=t.duration("spread", None) if t.has("spread") else None,
     )
     t.done(_HANDLER_KEYS[kind])
     return mix
@@ -312,9 +335,10 @@ def _limits(t: Table) -> Limits:
     d = Limits()
     deadline = t.duration("deadline", d.deadline)
     drain = t.duration("drain_timeout", d.drain_timeout)
-    t.done(("deadline", "drain_timeout"))
+    stall = t.duration("drain_stall", None) if t.has("drain_stall") else None
+    t.done(("deadline", "drain_timeout", "drain_stall"))
     assert deadline is not None and drain is not None
-    return Limits(deadline=deadline, drain_timeout=drain)
+    return Limits(deadline=deadline, drain_timeout=drain, drain_stall=stall)
 
 
 _TOP_KEYS = ("name", "seed", "duration", "workers", "workload", "faults", "limits")

@@ -8,8 +8,9 @@ through a watchdog; see :mod:`rdq_compliance.chaos.fleet`). The process
   (a zombie still tries its late outcome, which a correct backend refuses);
 - journals every step to ``<journal>`` through a :class:`JournalObserver`;
 - runs the chaos handlers: the task's payload (JSON) says what to do — work for a while
-  (sleep plus a little CPU), fail retryably a number of times, fail permanently, or
-  overrun its lease while its heartbeats are dropped (a blocked loop);
+  (sleep plus a little CPU, counted in running time: a pause does no work), fail
+  retryably a number of times, fail permanently, or overrun its lease while its
+  heartbeats are dropped (a blocked loop);
 - **kill points**: the harness writes a point name (``after_claim``, ``in_handler``,
   ``before_report``, ``after_report``, or ``none``) to the file ``<control>`` (atomically,
   by rename); the main thread looks at it every 20 ms (no signal: a signal could arrive
@@ -59,6 +60,8 @@ SELF_KILL_POINTS: tuple[str, ...] = ("after_claim", "in_handler", "before_report
 _PR_SET_PDEATHSIG = 1
 #: Longest step of simulated work between two looks at the kill switch.
 _STEP = 0.02
+#: The most one step of simulated work counts for (see :meth:`ChaosHandler.work`).
+_CREDIT = 2 * _STEP
 
 
 @dataclass(frozen=True)
@@ -267,16 +270,28 @@ class ChaosHandler:
         self.abandoned = abandoned
 
     def work(self, ctx: TaskContext, seconds: float) -> None:
-        """Sleep and burn a little CPU for ``seconds``; a kill point between steps."""
-        end = time.monotonic() + seconds
+        """Sleep and burn a little CPU for ``seconds`` of running time; a kill point
+        between steps.
+
+        Time the process spent stopped is not work done: a gap between two steps longer
+        than :data:`_CREDIT` (a SIGSTOP, which lasts past the lease) counts as one step.
+        So a worker paused mid-task resumes with the rest of its task still to do, as a
+        real handler would, and its heartbeat thread beats (late) while the handler is
+        still running — the moment SPEC §5.8's bug shows — instead of the handler and the
+        heartbeat racing to be first after the resume.
+        """
+        done = 0.0
+        last = time.monotonic()
         block = ctx.task.id.encode() * 64
         while True:
             self.switch.fire("in_handler", ctx.task.id, ctx.token)
-            left = end - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            done += min(now - last, _CREDIT)
+            last = now
+            if done >= seconds:
                 return
             hashlib.sha256(block).digest()  # a little real CPU work
-            time.sleep(min(_STEP, left))
+            time.sleep(min(_STEP, seconds - done))
 
     def __call__(self, ctx: TaskContext) -> None:
         spec = json.loads(ctx.payload)

@@ -76,7 +76,7 @@ def _drained(ctx: Context) -> list[Finding]:
             rule = DRAIN_COMPLETE
         else:
             detail = (
-                f"still live after drain timeout: {task.status.value}, "
+                f"still live when the drain ended (timed out or stalled): {task.status.value}, "
                 f"{len(task.attempts)} attempt(s)"
             )
             rule = DRAIN_TIMEOUT
@@ -224,7 +224,7 @@ def check_drained(events: History, final: FinalState) -> list[Violation]:
 
     A task still PENDING or IN_FLIGHT is ``drain-complete`` when the harness saw the
     drain finish (the backend's view disagrees with itself), and ``drain-timeout``
-    ("still live after drain timeout") when the drain ran out of time: a run must
+    ("still live when the drain ended") when the drain ran out of time or stalled: a run must
     drain, so this too is a violation.
     """
     return run(events, final, DRAINED)

@@ -14,7 +14,12 @@ Both land while tasks are still becoming due (so every kill point occurs):
 - ``pause``: SIGSTOP for ``lease * factor`` (longer than the lease), then SIGCONT
   (``resume``): the zombie's late heartbeat and outcome must be refused. The target is
   the planned slot's worker or, if it holds no task right now (by its journal), the next
-  worker that does — a pause of an idle worker would test nothing.
+  worker that does — a pause of an idle worker would test nothing. For the same reason
+  the resume waits, up to :data:`EXTEND_UP_TO` times the planned length, until another
+  worker has claimed one of the tasks the paused one was running (by the journals): on a
+  loaded machine the other workers may be seconds behind the due work, and a worker
+  resumed before anyone reclaimed its task is no zombie (counted as
+  ``pauses_extended``; at the drain it is resumed at once).
 
 A killed worker (by the harness or itself) is replaced at once by a fresh process. At
 the drain, armed workers are disarmed and paused ones resumed.
@@ -58,6 +63,9 @@ KILL_POINTS: tuple[str, ...] = (
 )
 #: An armed worker that has not killed itself after this many leases is killed by us.
 ARM_TIMEOUT = 4.0
+#: A pause whose worker's tasks nobody has reclaimed yet is held up to this many times
+#: its planned length.
+EXTEND_UP_TO = 2.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,8 @@ class ProcessCounts(Counts):
     kills: Counter[str] = field(default_factory=Counter)
     pauses: int = 0
     resumes: int = 0
+    #: pauses held past their planned length until a task of the worker was reclaimed
+    extended: int = 0
     arm_timeouts: int = 0
 
     @property
@@ -93,6 +103,7 @@ class ProcessCounts(Counts):
             "total_kills": self.total_kills,
             "pauses": self.pauses,
             "resumes": self.resumes,
+            "pauses_extended": self.extended,
             "arm_timeouts": self.arm_timeouts,
         }
 
@@ -187,13 +198,26 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
         counts = ctx.counts(self)
         ctx.journal_fault("pause", w, duration=fault.duration)
         ctx.fleet.pause(w)
+        held = ctx.held_claims(w)
+        paused_at = ctx.clock()
         counts.pauses += 1
 
         def resume() -> bool:
-            if w.paused:
-                ctx.fleet.resume(w)
-                ctx.journal_fault("resume", w)
-                counts.resumes += 1
+            if not w.paused:
+                return True
+            waited = ctx.clock() - paused_at
+            if (
+                held
+                and not ctx.draining
+                and waited < fault.duration * EXTEND_UP_TO
+                and not ctx.reclaimed(held)
+            ):
+                return False  # no zombie yet: looked at again at the next tick
+            if waited > fault.duration + 0.25:
+                counts.extended += 1
+            ctx.fleet.resume(w)
+            ctx.journal_fault("resume", w)
+            counts.resumes += 1
             return True
 
         ctx.later(fault.duration, resume, f"resume {w.name}")
