@@ -355,7 +355,9 @@ def _drain(
         except Exception:
             stats = None
         now = time.monotonic()
-        if stats is not None:
+        if stats is None:
+            moved = now  # no answer is no evidence of a stall: the timeout decides
+        else:
             counts = (stats.pending, stats.due, stats.in_flight, stats.succeeded, stats.dead)
             if counts != last:
                 last, moved = counts, now

@@ -183,7 +183,7 @@ class Limits:
     #: How long the drain may take (seconds) before the run is declared not quiesced.
     drain_timeout: float = 60.0
     #: The drain also ends, not quiesced, once the queue's counts by status have not
-    #: changed for this long (seconds; ``None``: :meth:`Scenario.drain_stall`'s bound).
+    #: changed for this long (seconds; ``None``: :attr:`Scenario.stall`'s bound).
     drain_stall: float | None = None
 
 
