@@ -62,6 +62,8 @@ _PR_SET_PDEATHSIG = 1
 _STEP = 0.02
 #: The most one step of simulated work counts for (see :meth:`ChaosHandler.work`).
 _CREDIT = 2 * _STEP
+#: Less work than this left is none (a shorter sleep may not move the clock at all).
+_MIN_SLEEP = 1e-6
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,7 @@ class ChaosHandler:
             now = time.monotonic()
             done += min(now - last, _CREDIT)
             last = now
-            if done >= seconds:
+            if seconds - done < _MIN_SLEEP:
                 return
             hashlib.sha256(block).digest()  # a little real CPU work
             time.sleep(min(_STEP, seconds - done))
