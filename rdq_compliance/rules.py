@@ -15,6 +15,10 @@ RULES: dict[str, str] = {
     "terminal-final": "SUCCEEDED and DEAD tasks are never claimed again (SPEC §5.6)",
     "lease-respected": "a live lease is never taken over; reclaim only after expiry (SPEC §5.2)",
     "reclaim-expired": "an expired lease is reclaimed, with a LEASE_EXPIRED attempt (SPEC §2)",
+    "lease-per-claim": (
+        "a claim holds the lease it asked for, at claim and at each heartbeat, whatever "
+        "other workers ask (SPEC §2; see Capabilities.lease_model)"
+    ),
     "fencing": "outcomes and heartbeats need the current token and IN_FLIGHT (SPEC §2, §5.3, §5.8)",
     "history-numbering": "attempt_no unique, increasing, max+1 across redrives (invariant H, §5.4)",
     "transition": "complete/reschedule/dead_letter make the documented state change (SPEC §2)",

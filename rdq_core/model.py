@@ -238,6 +238,20 @@ class DlqPage:
     next_cursor: str | None
 
 
+#: The lease models a backend may declare (:attr:`Capabilities.lease_model`).
+LEASE_MODELS: Mapping[str, str] = MappingProxyType(
+    {
+        "per_claim": "the lease asked for at claim and at each heartbeat (SPEC §2)",
+        "reclaimer_threshold": (
+            "a claim may be taken once its last heartbeat is older than the reclaiming "
+            "worker's threshold, a deployment setting of the library; nothing is kept "
+            "per claim"
+        ),
+        "fixed": "one lease for every claim, set by the library, whatever is asked",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a backend declares; the conformance tests ask these and skip with a reason.
@@ -257,7 +271,24 @@ class Capabilities:
       durability test holds a backend that declares it to it;
     - ``durability``: how ``durable`` was decided, for humans (e.g. the server settings
       read), shown where a fault or test is skipped for want of it;
-    - ``clock``: a description of the storage clock (e.g. ``"postgres now()"``).
+    - ``clock``: a description of the storage clock (e.g. ``"postgres now()"``);
+    - ``lease_model``: how the storage decides how long a claim holds, one of
+      :data:`LEASE_MODELS`. ``"per_claim"`` is SPEC §2's: the lease asked for at claim
+      and at each heartbeat. ``"reclaimer_threshold"``: a claim may be taken once its
+      last heartbeat is older than the threshold the *reclaiming* worker uses, a
+      deployment setting of the library (a heartbeat timeout, a stalled-job threshold)
+      that the backend fixes for all its workers, as the library's docs ask.
+      ``"fixed"``: the library gives every claim one lease of its own, whatever is
+      asked. In both, ``fixed_lease`` is that lease: a claim's expiry is its last
+      heartbeat (or the claim) plus ``fixed_lease``, by the storage's clock. The
+      conformance tests that hold a backend to the per-claim lease name rule
+      ``lease-per-claim``: on the other models they fail by design (a ledger entry,
+      with the library's docs), apart from rule ``lease-respected``, which every model
+      keeps (a claim live by the model declared is never taken);
+    - ``fixed_lease``: the lease of the ``"reclaimer_threshold"`` and ``"fixed"``
+      models (required there, ``None`` for ``"per_claim"``). The chaos runner runs a
+      scenario whose lease is shorter with this one, the lease-relative faults scaled
+      with it.
     """
 
     multi_process: bool = True
@@ -268,6 +299,33 @@ class Capabilities:
     # (added last, so that positional construction by existing backends keeps working)
     durable: bool = False
     durability: str = "not declared"
+    lease_model: str = "per_claim"
+    fixed_lease: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.lease_model not in LEASE_MODELS:
+            raise ValueError(
+                f"Capabilities.lease_model {self.lease_model!r} is not a lease model; "
+                f"known: {', '.join(sorted(LEASE_MODELS))}"
+            )
+        fixed = self.lease_model != "per_claim"
+        lease = self.fixed_lease
+        if fixed and not (isinstance(lease, timedelta) and lease > timedelta(0)):
+            raise ValueError(
+                f"Capabilities: lease_model {self.lease_model!r} needs fixed_lease, a "
+                f"positive timedelta (got {lease!r})"
+            )
+        if not fixed and lease is not None:
+            raise ValueError(
+                f"Capabilities: fixed_lease is not for lease_model 'per_claim' "
+                f"(got fixed_lease {lease!r})"
+            )
+
+    def lease_for(self, asked: timedelta) -> timedelta:
+        """The lease a claim or heartbeat that asked for ``asked`` gets, by the model."""
+        if self.fixed_lease is not None:
+            return self.fixed_lease
+        return asked
 
     def has(self, name: str) -> bool:
         value = getattr(self, name, None)

@@ -66,14 +66,17 @@ def test_claim_returns_the_task_with_its_full_history(rdq_storage):
     )
 
 
-def test_claim_stamps_the_lease_from_the_storage_clock(rdq_storage):
+def test_claim_stamps_the_lease_from_the_storage_clock(rdq_storage, rdq_capabilities):
     """Rule storage-clock: claimed_at is the storage clock at the claim, and
-    lease_expires_at = claimed_at + lease, on the claim, the returned task and in storage."""
+    lease_expires_at = claimed_at + lease (the lease the backend's lease model gives for
+    the one asked: ``Capabilities.lease_for``), on the claim, the returned task and in
+    storage."""
     s = rdq_storage
     ids = {enqueue(s, Q) for _ in range(3)}
-    lease = timedelta(seconds=37, microseconds=123_456)
+    asked = timedelta(seconds=37, microseconds=123_456)
+    lease = rdq_capabilities.lease_for(asked)
     before = s.now()
-    claims = s.claim_due(Q, 10, lease)
+    claims = s.claim_due(Q, 10, asked)
     after = s.now()
     assert {c.task_id for c in claims} == ids, rules.message(
         "storage-clock", f"claimed {[c.task_id for c in claims]}, expected the due tasks {ids}"

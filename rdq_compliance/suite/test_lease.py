@@ -21,6 +21,7 @@ from rdq_compliance.suite.helpers import (
     enqueue,
     expire,
     outcomes,
+    wait_until,
 )
 from rdq_core.errors import InvalidArgument, StaleClaim
 from rdq_core.model import ErrorInfo, Outcome, Status
@@ -55,20 +56,22 @@ REPORTS = {
 # ---- positive heartbeat ------------------------------------------------------------------
 
 
-def test_extend_lease_sets_expiry_to_storage_now_plus_lease(rdq_storage):
-    """Rule lease-respected: extend_lease sets lease_expires_at = storage now + lease,
+def test_extend_lease_sets_expiry_to_storage_now_plus_lease(rdq_storage, rdq_capabilities):
+    """Rule lease-respected: extend_lease sets lease_expires_at = storage now + lease (the
+    lease the backend's lease model gives for the one asked: ``Capabilities.lease_for``),
     returns it, stores it, and keeps the claim (token still current)."""
     s = rdq_storage
     tid = enqueue(s, Q)
     claim = claim_one(s, Q, SHORT_LEASE)
+    held = rdq_capabilities.lease_for(EXTENSION)
     before = s.now()
     new_expiry = s.extend_lease(tid, claim.token, EXTENSION)
     after = s.now()
     who = f"task {tid!r}, token {short(claim.token)}"
-    assert between(new_expiry, before + EXTENSION, after + EXTENSION), rules.message(
+    assert between(new_expiry, before + held, after + held), rules.message(
         "lease-respected",
-        f"{who}: extend_lease({EXTENSION}) returned {new_expiry}, expected storage now + lease "
-        f"in {before + EXTENSION} .. {after + EXTENSION}",
+        f"{who}: extend_lease({EXTENSION}) returned {new_expiry}, expected storage now + "
+        f"{held} in {before + held} .. {after + held}{_model(rdq_capabilities)}",
     )
     assert new_expiry > claim.lease_expires_at, rules.message(
         "lease-respected",
@@ -86,12 +89,53 @@ def test_extend_lease_sets_expiry_to_storage_now_plus_lease(rdq_storage):
     s.complete(tid, claim.token)
 
 
+def test_a_claim_holds_the_lease_it_asked_for(rdq_storage, rdq_capabilities):
+    """Rule lease-per-claim: a claim holds the lease it asked for (claimed_at + lease)
+    and a heartbeat the one it asks for (storage now + lease), each its own — SPEC §2's
+    per-claim lease. A backend declaring another lease model
+    (``Capabilities.lease_model``) fails this by design: its ledger names rule
+    ``lease-per-claim`` with the library's docs; a live lease taken is
+    ``lease-respected``, checked apart."""
+    s = rdq_storage
+    tid = enqueue(s, Q)
+    asked = timedelta(seconds=37, microseconds=123_456)
+    claim = claim_one(s, Q, asked)
+    who = f"task {tid!r}, token {short(claim.token)}"
+    assert close_to(claim.lease_expires_at, claim.claimed_at + asked), rules.message(
+        "lease-per-claim",
+        f"{who}: claimed for {asked}, the claim holds until {claim.lease_expires_at}, not "
+        f"claimed_at {claim.claimed_at} + {asked}{_model(rdq_capabilities)}",
+    )
+    before = s.now()
+    expiry = s.extend_lease(tid, claim.token, EXTENSION)
+    after = s.now()
+    assert between(expiry, before + EXTENSION, after + EXTENSION), rules.message(
+        "lease-per-claim",
+        f"{who}: extend_lease({EXTENSION}) holds until {expiry}, not storage now + "
+        f"{EXTENSION} ({before + EXTENSION} .. {after + EXTENSION}){_model(rdq_capabilities)}",
+    )
+    s.complete(tid, claim.token)
+
+
+def _model(caps) -> str:
+    """What a lease message adds when the backend declares a lease model of its own."""
+    if caps.lease_model == "per_claim":
+        return ""
+    return (
+        f" (the backend declares lease model {caps.lease_model!r}, every claim's lease "
+        f"{caps.fixed_lease})"
+    )
+
+
 def test_extended_lease_is_not_reclaimed_at_the_original_expiry(rdq_connect):
     """Rule lease-respected: once extended, a lease is not reclaimed when the original
-    expiry passes; the holder keeps the task and completes it with its token."""
+    expiry passes; the holder keeps the task and completes it with its token. (The
+    heartbeat goes out halfway through the original lease, so the extension reaches past
+    it on every lease model.)"""
     holder, other = rdq_connect(), rdq_connect()
     tid = enqueue(holder, Q)
     claim = claim_one(holder, Q, SHORT_LEASE)
+    wait_until(holder, claim.claimed_at + (claim.lease_expires_at - claim.claimed_at) / 2)
     holder.extend_lease(tid, claim.token, LONG_LEASE)
     expire(holder, claim)  # the original lease is over by the storage clock
     before = holder.get(tid)

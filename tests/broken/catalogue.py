@@ -788,6 +788,20 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
+            "extra-transitions", "heartbeat_keeps_the_claims_lease",
+            "§2 (extra) a heartbeat renews the claim's lease, not the one it asks for",
+            memory=(
+                _kit(
+                    {
+                        "test_lease.py::test_a_claim_holds_the_lease_it_asked_for": (
+                            "lease-per-claim"
+                        ),
+                    }
+                ),
+                _m("storage-clock"),
+            ),
+        )
+        + _bug(
             "extra-transitions", "reschedule_completes",
             "§2 (extra) a retryable failure recorded as a success",
             sqlite=_excused(

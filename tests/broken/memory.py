@@ -681,6 +681,30 @@ class ExtendLeaseIgnoresToken(_Broken):
             return expires
 
 
+class HeartbeatKeepsTheClaimsLease(_Broken):
+    """SPEC §2 (extra) — a heartbeat renews the lease the claim was made with, not the one
+    it asks for (rule ``lease-per-claim``), on a backend that declares the per-claim model.
+
+    Incident: ``UPDATE tasks SET lease_expires_at = now() + lease_length WHERE ...``, the
+    claim's stored lease length reused, the heartbeat's argument dropped: a worker that
+    asks for a longer lease before a long step keeps the short one and is reclaimed
+    mid-step.
+    """
+
+    def _claim_row(self, row: _Row, now: datetime, lease: timedelta) -> Claim:
+        claim = super()._claim_row(row, now, lease)
+        self._lengths = getattr(self, "_lengths", {})
+        self._lengths[claim.token] = lease  # the "lease_length" column
+        return claim
+
+    def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        with self._lock:
+            kept = getattr(self, "_lengths", {}).get(token)
+            if kept is not None and kept != lease:
+                self._victim(task_id)
+            return super()._extend_lease(task_id, token, lease if kept is None else kept)
+
+
 # ---- §5.9 limit, isolation, order -----------------------------------------------------------
 
 
@@ -967,6 +991,9 @@ dlq_page_boundary_skip = _backend(DlqPageBoundarySkip, "dlq-page-boundary-skip")
 purge_any_status = _backend(PurgeAnyStatus, "purge-any-status")
 purge_succeeded_ignores_age = _backend(PurgeSucceededIgnoresAge, "purge-succeeded-ignores-age")
 extend_lease_ignores_token = _backend(ExtendLeaseIgnoresToken, "extend-lease-ignores-token")
+heartbeat_keeps_the_claims_lease = _backend(
+    HeartbeatKeepsTheClaimsLease, "heartbeat-keeps-the-claims-lease"
+)
 limit_ignored = _backend(LimitIgnored, "limit-ignored")
 queues_not_isolated = _backend(QueuesNotIsolated, "queues-not-isolated")
 newest_first = _backend(NewestFirst, "newest-first")
