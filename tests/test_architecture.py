@@ -4,6 +4,9 @@ module level or inside a function, ``TYPE_CHECKING`` blocks included):
 - ``rdq_core`` imports nothing outside itself and the standard library;
 - a backend's storage half (its ``Storage`` class and everything that module needs) is
   usable without the kit: it never imports ``rdq_compliance``;
+- an adapter's storage half (``adapters/<library>/rdq_<library>``: a queue library someone
+  else wrote, behind the SPI) is that library, its drivers and ``rdq_core``: it imports
+  no other package of this project, so whatever the kit finds is about the library;
 - nothing in ``rdq_core`` or ``rdq_compliance`` imports a specific backend (backends are
   found through the ``rdq.backends`` entry points);
 - no two modules import each other, directly or round a longer circle;
@@ -45,10 +48,15 @@ REAPER_SCRIPTS = (
 def package_roots(root: Path) -> dict[str, Path]:
     """Every top-level ``rdq_*`` package of the checkout -> its folder."""
     out = {p.name: p for p in root.glob("rdq_*") if (p / "__init__.py").is_file()}
-    for p in root.glob("backends/*/rdq_*"):
+    for p in [*root.glob("backends/*/rdq_*"), *root.glob("adapters/*/rdq_*")]:
         if (p / "__init__.py").is_file():
             out[p.name] = p
     return out
+
+
+def adapter_packages(root: Path) -> set[str]:
+    """The packages under ``adapters/`` (an adapter to a queue library someone else wrote)."""
+    return {p.name for p in root.glob("adapters/*/rdq_*") if (p / "__init__.py").is_file()}
 
 
 def modules_of(roots: Mapping[str, Path]) -> dict[str, Path]:
@@ -177,6 +185,27 @@ def storage_modules(root: Path) -> dict[str, str]:
 # ---- the rules, as functions returning what breaks them -------------------------------------
 
 
+def adapter_problems(root: Path, graph: Mapping[str, set[str]]) -> list[str]:
+    """An adapter's storage half is the library's own functions and the core, nothing of
+    this project's other stores: its closure imports no other ``rdq_*`` package but
+    ``rdq_core`` (a finding must be about the library, not about a built-in backend's
+    code it borrowed)."""
+    adapters = adapter_packages(root)
+    out = []
+    for package, module in sorted(storage_modules(root).items()):
+        if package not in adapters:
+            continue
+        for m in sorted(closure(graph, module)):
+            other = sorted(
+                i
+                for i in graph[m]
+                if i.startswith("rdq_") and i.split(".")[0] not in (package, "rdq_core")
+            )
+            if other:
+                out.append(f"{package}: storage module {module} needs {m}, which imports {other}")
+    return out
+
+
 def core_problems(graph: Mapping[str, set[str]]) -> list[str]:
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     return [
@@ -257,6 +286,10 @@ def test_storage_halves_are_usable_without_the_kit(graph):
     assert storage_problems(ROOT, graph) == []
 
 
+def test_an_adapters_storage_half_is_the_library_and_the_core(graph):
+    assert adapter_problems(ROOT, graph) == []
+
+
 def test_the_kit_knows_no_specific_backend(graph):
     assert backend_knowledge_problems(graph) == []
 
@@ -320,13 +353,26 @@ def test_each_rule_fails_on_a_crafted_tree(tmp_path):
                 "class PgStorage(Storage): ...\n"
             ),
             "backends/pg/rdq_pg/helpers.py": "from rdq_compliance.provision import x\n",
+            "adapters/lib/rdq_lib/__init__.py": "",
+            "adapters/lib/rdq_lib/storage.py": (
+                "from rdq_core.spi import Storage\nfrom rdq_pg import helpers\n"
+                "class LibStorage(Storage): ...\n"
+            ),
         },
     )
     g = import_graph(root)
     assert core_problems(g) == ["rdq_core.spi imports psycopg"]
     assert storage_problems(root, g) == [
+        "rdq_lib: storage module rdq_lib.storage needs rdq_pg.helpers, which imports "
+        "['rdq_compliance']",
         "rdq_pg: storage module rdq_pg.storage needs rdq_pg.helpers, which imports "
-        "['rdq_compliance']"
+        "['rdq_compliance']",
+    ]
+    assert adapter_problems(root, g) == [
+        "rdq_lib: storage module rdq_lib.storage needs rdq_lib.storage, which imports "
+        "['rdq_pg.helpers']",
+        "rdq_lib: storage module rdq_lib.storage needs rdq_pg.helpers, which imports "
+        "['rdq_compliance']",
     ]
     assert backend_knowledge_problems(g) == ["rdq_compliance.a imports the backend rdq_pg.storage"]
     assert cycles(g) == [["rdq_compliance.a", "rdq_compliance.b"]]

@@ -52,7 +52,7 @@ from rdq_compliance.provision.backend import Server, StorageSpec
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
 from rdq_core.errors import BackendUnavailable
-from rdq_core.model import NewTask, QueueStats
+from rdq_core.model import Capabilities, NewTask, QueueStats
 from rdq_core.spi import Storage
 
 HARNESS = "harness"
@@ -153,6 +153,24 @@ def worker_template(scenario: Scenario, spec: StorageSpec) -> WorkerConfig:
     )
 
 
+def fit_lease(scenario: Scenario, capabilities: Capabilities) -> tuple[Scenario, str | None]:
+    """The scenario run on a backend whose lease model gives every claim its own lease
+    (``Capabilities.fixed_lease``) longer than the scenario's: with that lease
+    (:meth:`Scenario.with_lease`), and a note saying so; else as it is."""
+    fixed = capabilities.fixed_lease
+    asked = scenario.workers.lease
+    if fixed is None or fixed.total_seconds() <= asked:
+        return scenario, None
+    lease = fixed.total_seconds()
+    fitted = scenario.with_lease(lease)
+    return fitted, (
+        f"lease {asked:g}s asked by the scenario; the backend's lease model "
+        f"{capabilities.lease_model!r} gives every claim {lease:g}s, so the campaign ran "
+        f"with that lease (faults sized in leases and the drain's bounds scaled with it: "
+        f"deadline {fitted.limits.deadline:g}s, drain timeout {fitted.limits.drain_timeout:g}s)"
+    )
+
+
 def run_campaign(
     scenario: Scenario,
     *,
@@ -171,6 +189,7 @@ def run_campaign(
     server = session.server
     backend_name = session.name
     capabilities = session.capabilities()
+    scenario, lease_note = fit_lease(scenario, capabilities)
     network, no_network = network_for(
         scenario.faults.of(NETWORK), server, scenario.workers.count, backend_name
     )
@@ -183,6 +202,8 @@ def run_campaign(
         no_network=None if network is not None else no_network,
     )
     counters.notes.extend(plan.skipped)
+    if lease_note:
+        counters.notes.append(lease_note)
     result = CampaignResult(
         scenario=scenario,
         seed=scenario.seed,

@@ -216,6 +216,23 @@ class Scenario:
     def with_seed(self, seed: int) -> Scenario:
         return replace(self, seed=check_seed(seed, "seed"))
 
+    def with_lease(self, lease: float) -> Scenario:
+        """This scenario with every worker asking for ``lease`` seconds (a backend whose
+        lease model gives every claim a longer one than the scenario's): the faults sized
+        in leases (pauses, partitions, overruns) and the drain's stall bound follow the
+        lease; the deadline and the drain timeout grow by the same ratio, when it is
+        above 1."""
+        ratio = lease / self.workers.lease
+        limits = self.limits
+        if ratio > 1:
+            limits = replace(
+                limits,
+                deadline=limits.deadline * ratio,
+                drain_timeout=limits.drain_timeout * ratio,
+                drain_stall=None if limits.drain_stall is None else limits.drain_stall * ratio,
+            )
+        return replace(self, workers=replace(self.workers, lease=lease), limits=limits)
+
     @property
     def spread(self) -> float:
         return self.duration if self.workload.spread is None else self.workload.spread

@@ -11,7 +11,7 @@ import pytest
 
 from rdq_compliance.chaos import runner
 from rdq_compliance.chaos.nemesis import ClaimTracker, RunTracker
-from rdq_compliance.chaos.scenario import ScenarioError, scenario_from_dict
+from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
 from rdq_core.model import QueueStats
 
 
@@ -116,3 +116,29 @@ def test_a_handlers_own_spread_bounds_its_due_times() -> None:
                 "workload": {"handlers": {"early": {"kind": "ok", "spread": "soon"}}},
             }
         )
+
+
+# ---- a backend whose lease model gives every claim its own lease ------------------------------
+
+
+def test_a_fixed_lease_longer_than_the_scenarios_runs_the_campaign_with_it():
+    from datetime import timedelta
+
+    from rdq_compliance.chaos.runner import fit_lease
+    from rdq_core.model import Capabilities
+
+    standard = load_scenario("standard")
+    same, note = fit_lease(standard, Capabilities())
+    assert same is standard and note is None
+    shorter = Capabilities(lease_model="fixed", fixed_lease=timedelta(seconds=1))
+    assert fit_lease(standard, shorter) == (standard, None)
+    five = Capabilities(lease_model="reclaimer_threshold", fixed_lease=timedelta(seconds=5))
+    fitted, note = fit_lease(standard, five)
+    ratio = 5 / standard.workers.lease
+    assert fitted.workers.lease == 5.0
+    assert fitted.limits.deadline == pytest.approx(standard.limits.deadline * ratio)
+    assert fitted.limits.drain_timeout == pytest.approx(standard.limits.drain_timeout * ratio)
+    assert fitted.stall > standard.stall
+    assert fitted.duration == standard.duration and fitted.workload == standard.workload
+    assert note is not None and "'reclaimer_threshold' gives every claim 5s" in note
+    assert f"lease {standard.workers.lease:g}s asked" in note
