@@ -26,6 +26,8 @@ One small module per job:
                           runs, how it is probed, its verbs), :class:`LocalFaults` (the
                           mixin that gives a local rung's ``Server`` its faults and close),
                           :func:`start_rung`
+``wrapped``               :class:`WrappedServer`: another plugin's server forwarded whole,
+                          each namespace prepared for a different storage (an adapter's)
 ``admin``                 :class:`AdminHandle`: a ``Server``'s admin connection (lazy,
                           one call at a time, clear errors, forgotten after a kill) and
                           the namespaces it made, dropped at close
