@@ -494,7 +494,12 @@ class ProcrastinateStorage(Storage):
     def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         async def beat(app: procrastinate.App) -> datetime:
             worker_id, _ = await self._job_of(app, task_id, token)
-            await app.job_manager.update_heartbeat(worker_id)
+            try:
+                await app.job_manager.update_heartbeat(worker_id)
+            except pe.ConnectorException as exc:
+                if is_refusal(exc):  # 3.10.0's heartbeat never refuses; a later one may
+                    raise refused(exc, f"extend_lease of task {task_id!r}") from exc
+                raise
             found = await app.connector.execute_query_all_async(_HEARTBEAT, worker_id=worker_id)
             return found[0]["beat"]
 
