@@ -1,0 +1,89 @@
+"""The pgqueuer adapter's expected-failure ledger: what pgqueuer 1.6.0 documents as its
+design, by rule id or test id, each with the 1.6.0 docs or code it rests on (plugin half:
+plain data, read by :class:`rdq_pgqueuer.plugin.PgqueuerBackend`).
+
+Findings — behaviour that breaks what pgqueuer itself promises — are never here; they
+are in ``findings/pgqueuer/README.md`` with their reproducers.
+
+Links are pinned to the release tag ``v1.6.0`` (the tag name follows RELEASE.md's
+``## v1.6.0`` heading; the paths are those of the 1.6.0 sdist, byte-identical to the
+wheel).
+"""
+
+from __future__ import annotations
+
+_BLOB = "https://github.com/janbjorge/pgqueuer/blob/v1.6.0"
+
+#: G1: no fencing — an outcome or heartbeat is keyed by job id alone.
+_G1 = (
+    "G1 no fencing: pgqueuer's log_jobs, retry_job and update_heartbeat act on a job id "
+    "alone (no status, no owner predicate) and return None, so a stale or never-issued "
+    "claim's outcome or heartbeat is accepted and nothing is ever refused; pgqueuer "
+    "documents delivery as at-least-once with 'no fencing tokens' "
+    f"({_BLOB}/docs/adr/ADR-0004-delivery-is-at-least-once.md#L19-L32; code "
+    f"{_BLOB}/pgqueuer/adapters/persistence/qb.py#L677-L715, #L752-L753, #L805-L819)"
+)
+#: G3: the lease is the reclaimer's heartbeat_timeout, one deployment setting.
+_G3 = (
+    "G3 no lease per claim: a picked job may be re-picked once its heartbeat is older "
+    "than the heartbeat_timeout of the worker that dequeues (one value per deployment, "
+    "the same on every worker; the adapter deploys 2 s, pgqueuer's default is 30 s); "
+    "nothing is kept per claim "
+    f"({_BLOB}/docs/guides/heartbeat.md#L28-L57, #L98-L103; code "
+    f"{_BLOB}/pgqueuer/adapters/persistence/qb.py#L424-L439)"
+)
+#: G4: no producer-chosen id; the dedupe key holds only while the job is queued/picked.
+_G4 = (
+    "G4 idempotency only while live: pgqueuer numbers its jobs itself and its only "
+    "idempotency is dedupe_key, unique while the job is queued or picked; once it is "
+    "successful or failed (held) the key is free and the same id enqueues a new job, in "
+    f"any entrypoint ({_BLOB}/docs/guides/reliability.md#L115-L125; code "
+    f"{_BLOB}/pgqueuer/adapters/persistence/qb.py#L588-L649)"
+)
+#: G5: a successful job's row (payload, headers) is deleted.
+_G5 = (
+    "G5 succeeded jobs are deleted: 'Handler completes normally -> Job deleted, logged as "
+    "successful'; only the log row (job id, status, time) stays, so a SUCCEEDED task has "
+    f"no payload or headers left ({_BLOB}/docs/guides/retry.md#L182-L190; "
+    f"{_BLOB}/docs/getting-started/core-concepts.md#L107-L110)"
+)
+#: G6: claim order is priority, then job id — not due time.
+_G6 = (
+    "G6 claim order is priority DESC, id ASC (insertion order), not due time: a job "
+    "enqueued with a delay that becomes due before a later one is still picked after it "
+    f"({_BLOB}/pgqueuer/adapters/persistence/qb.py#L397-L413; "
+    f"{_BLOB}/docs/getting-started/core-concepts.md#L14)"
+)
+
+EXPECTED_FAILURES: dict[str, str] = {
+    # G1 in every test of the rule: stale, never-issued and repeated outcomes accepted
+    # (and, in the chaos campaign, stale workers' outcomes acknowledged after a reclaim).
+    "fencing": _G1,
+    # G3: the one test holding a claim to the lease it asked for.
+    "lease-per-claim": _G3,
+    # The stateful machine holds every claim to claimed_at + the lease asked (it does not
+    # read Capabilities.lease_for), so on this lease model its first claim fails
+    # (reported as storage-clock); see the final message of the adapter's build.
+    "test_backend_behaves_like_the_reference_model": (
+        f"{_G3}; the stateful machine checks each claim's lease_expires_at against "
+        "claimed_at + the lease asked, which a reclaimer-threshold lease model never gives "
+        "(reported under storage-clock at the first claim)"
+    ),
+    # G4: re-enqueue after the job ended (successful, or failed = held) makes a new job.
+    **{
+        f"test_re_enqueue_changes_nothing_whatever_the_state[{state}-{variant}]": _G4
+        for state in ("SUCCEEDED", "DEAD")
+        for variant in (
+            "identical",
+            "different-fields-due-now",
+            "different-fields-backdated",
+            "different-fields-far-future",
+        )
+    },
+    "test_same_id_in_another_queue_raises_id_conflict[SUCCEEDED]": _G4,
+    "test_same_id_in_another_queue_raises_id_conflict[DEAD]": _G4,
+    # G5: completing deletes the payload and headers.
+    "test_complete_makes_the_task_succeeded": _G5,
+    # G6: insertion order, not due order.
+    "test_claims_come_out_oldest_due_first": _G6,
+}
