@@ -302,8 +302,14 @@ def run_campaign(
         fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
         result.workers_left = fleet.pids()
         report_progress("check", force=True)
+        fixed = capabilities.fixed_lease
         final = read_final_state(
-            storage, queue, [t.id for t in tasks], drained=result.drained, page=DLQ_PAGE
+            storage,
+            queue,
+            [t.id for t in tasks],
+            drained=result.drained,
+            page=DLQ_PAGE,
+            fixed_lease_us=None if fixed is None else fixed // timedelta(microseconds=1),
         )
         stats = storage.stats(queue)
     finally:

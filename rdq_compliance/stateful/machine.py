@@ -141,6 +141,10 @@ class BackendVsModel(RuleBasedStateMachine):
         try:
             self.observer = self._connect()
             self.workers = [self._connect() for _ in range(WORKERS)]
+            #: The lease a claim or heartbeat asking for ``td`` gets, by the backend's lease
+            #: model (``Capabilities.lease_for``): what the model is given and the checks
+            #: expect; the backend is asked for ``td`` itself.
+            self.held = self.observer.capabilities().lease_for
         except BaseException:
             self.teardown()  # hypothesis only tears down a machine it could build
             raise
@@ -359,7 +363,7 @@ class BackendVsModel(RuleBasedStateMachine):
         claims: list[Claim] = list(got.value)
         what = f"claim_due({queue!r}, limit={limit}) by worker {worker}"
         for c in claims:
-            self._check_claim_time(what, c, td, t0, t1)
+            self._check_claim_time(what, c, self.held(td), t0, t1)
         at = max((c.claimed_at for c in claims), default=t0)
         due = self.model.claimable(queue, at)
         ids = [c.task.id for c in claims]
@@ -387,9 +391,9 @@ class BackendVsModel(RuleBasedStateMachine):
         natural = {d.id for d in due[:limit]}
         model = self.model.at(at)
         if set(ids) == natural:
-            want = attempt(model.claim_due, queue, limit, td)
+            want = attempt(model.claim_due, queue, limit, self.held(td))
         else:  # tied on due time: the backend's choice is as good as the model's
-            want = attempt(model.claim_ids, queue, ids, td)
+            want = attempt(model.claim_ids, queue, ids, self.held(td))
         if not want.ok:
             raise want.error  # type: ignore[misc]
         held = self._accept_claims(what, worker, claims, want.value)
@@ -438,7 +442,7 @@ class BackendVsModel(RuleBasedStateMachine):
             if len(claims) > limit:
                 self._fail("claim-limit", f"{what} returned {len(claims)} tasks")
             for n, c in enumerate(claims):
-                self._check_claim_time(what, c, td, t0, t1)
+                self._check_claim_time(what, c, self.held(td), t0, t1)
                 batch.append((c.claimed_at, i, n, c))
         # One at a time in claim-time order, as the storage serialised them: each claimed
         # task must be claimable then (a task may go to two workers only if the first
@@ -460,7 +464,7 @@ class BackendVsModel(RuleBasedStateMachine):
         for at, i, _, c in batch:
             what = f"claim_due({queue!r}, limit={limit}) by worker {i} (all claiming at once)"
             self._check_claimable(what, queue, [c], self.model.claimable(queue, at), at)
-            want = attempt(self.model.at(at).claim_ids, queue, [c.task.id], td)
+            want = attempt(self.model.at(at).claim_ids, queue, [c.task.id], self.held(td))
             if not want.ok:
                 raise want.error  # type: ignore[misc]
             held += self._accept_claims(what, i, [c], want.value)
@@ -597,8 +601,9 @@ class BackendVsModel(RuleBasedStateMachine):
         t0 = self._now()
         got = attempt(self.workers[claim.worker].extend_lease, claim.task_id, claim.token, td)
         t1 = self._now()
-        used = self._used(got.value - td if got.ok else None, t0, t1)
-        want = attempt(self.model.at(used).extend_lease, claim.task_id, claim.model_token, td)
+        held = self.held(td)
+        used = self._used(got.value - held if got.ok else None, t0, t1)
+        want = attempt(self.model.at(used).extend_lease, claim.task_id, claim.model_token, held)
         self._same("fencing", f"extend_lease with {claim!r}", got, want, values=False)
         if got.ok:
             if not close_to(got.value, want.value, self.config.tolerance):

@@ -229,6 +229,36 @@ def test_storage_clock_reads_heartbeats_too() -> None:
     assert "before the heartbeat of 't1' by w0" in v.message
 
 
+def _claim_from_heartbeat(proc: str, task: str, t: float, beat: int, lease: int) -> list[dict]:
+    """A claim made at ``t`` whose lease runs from the worker's last heartbeat (``beat``,
+    before the claim) for ``lease``: a lease model of a library's own."""
+    events = _claim(proc, task, t, int(t * S))
+    events[1]["claims"][0]["lease_expires_at"] = beat + lease
+    return events
+
+
+def test_storage_clock_reads_a_heartbeat_by_the_backends_fixed_lease() -> None:
+    # w0's claim at 100.0 holds until 100.5 + 2 s (its worker beat at 100.5 - 2 s before
+    # the claim is not possible; at 99.5: 1.5 s of lease left); its heartbeat at 100.3 is
+    # stamped 100.31 (expiry 102.31 - the fixed 2 s), w1's claim at 100.5 after it
+    events = (
+        _claim_from_heartbeat("w0", "t1", 100.0, 99_500_000, 2 * S)
+        + _heartbeat("w0", "t1", 100.3, 102_310_000, 2)
+        + _claim("w1", "t2", 100.5, 100_500_000)
+    )
+    fixed = FinalState(tasks={}, dlq=[], fixed_lease_us=2 * S)
+    assert check_storage_clock(events, fixed) == []
+    # read with the claim's own lease (1.5 s), the heartbeat looks stamped at 100.81
+    (v,) = check_storage_clock(events, EMPTY)
+    assert "before the heartbeat of 't1' by w0" in v.message
+    # and a clock that does run backwards is still named with the fixed lease
+    late = _claim_from_heartbeat("w0", "t1", 100.0, 99_500_000, 2 * S) + _claim(
+        "w1", "t2", 100.2, 99_000_000
+    )
+    (v,) = check_storage_clock(late, fixed)
+    assert v.task == "t2" and set(v.workers) == {"w0", "w1"}
+
+
 @pytest.mark.parametrize(
     ("events", "why"),
     [

@@ -32,7 +32,12 @@ class FinalState:
     - ``tasks``: every task that still exists, by id (``get()`` after the drain);
     - ``dlq``: the whole DLQ listing of the queue, every page, in order;
     - ``enqueued``: the ids the harness enqueued (also read from enqueue events);
-    - ``drained``: the drain finished (no PENDING/IN_FLIGHT task left) before its deadline.
+    - ``drained``: the drain finished (no PENDING/IN_FLIGHT task left) before its deadline;
+    - ``fixed_lease_us``: the lease (µs) the backend's lease model gives every claim and
+      heartbeat (``Capabilities.fixed_lease``), ``None`` for the per-claim model: how the
+      checker reads a heartbeat's storage time from the expiry it returned, and a claim's
+      lease where the claim's own expiry does not start at the claim (a lease counted
+      from the worker's last heartbeat).
 
     ``tasks`` may also be given as a sequence of tasks, ``enqueued`` as any iterable.
     """
@@ -41,6 +46,7 @@ class FinalState:
     dlq: list[Task]
     enqueued: frozenset[str] = frozenset()
     drained: bool = True
+    fixed_lease_us: int | None = None
 
     def __post_init__(self) -> None:
         # Accept any collection: tasks as a mapping by id or a sequence of tasks.
@@ -92,6 +98,7 @@ def read_final_state(
     *,
     drained: bool,
     page: int = 500,
+    fixed_lease_us: int | None = None,
 ) -> FinalState:
     """Read the final state of ``ids`` (``get()`` each, in sorted order) and the whole
     DLQ of ``queue`` (``page`` tasks a page). A call that finds the storage unavailable
@@ -105,4 +112,6 @@ def read_final_state(
         except NotFound:
             pass
     dlq = _retrying(lambda: _whole_dlq(storage, queue, page))
-    return FinalState(tasks=tasks, dlq=dlq, enqueued=enqueued, drained=drained)
+    return FinalState(
+        tasks=tasks, dlq=dlq, enqueued=enqueued, drained=drained, fixed_lease_us=fixed_lease_us
+    )

@@ -2,7 +2,8 @@
 
 SPEC §2: due-ness and leases follow *the storage's* clock. Every claim reports the
 storage time it was stamped with (``claimed_at``), every acknowledged heartbeat the new
-expiry (its storage time is the expiry minus the claim's lease). If call A was
+expiry (its storage time is the expiry minus the claim's lease, or minus the backend's
+fixed lease, ``FinalState.fixed_lease_us``, when its lease model gives one). If call A was
 acknowledged before call B was invoked — in real time, by the journals' ``t``, which the
 harness keeps true even for a worker whose clock it skews — then one storage clock
 stamped A no later than B. A history where B's storage time is earlier than A's by more
@@ -89,7 +90,7 @@ def _calls(ctx: Context) -> list[StampedCall]:
                 continue
             start = hb_invoked.pop(key, None)
             expiry = e.get("lease_expires_at")
-            lease = lease_of.get(key[1])
+            lease = ctx.final.fixed_lease_us or lease_of.get(key[1])
             if typ == OK and start is not None and isinstance(expiry, int) and lease is not None:
                 out.append(
                     StampedCall(

@@ -69,7 +69,10 @@ class Context:
 
     @property
     def uniform_lease(self) -> int | None:
-        """The lease every known claim of the run asked (µs), or ``None`` if they differ."""
+        """The lease every known claim of the run asked (µs), or ``None`` if they differ;
+        the backend's fixed lease when its lease model gives one."""
+        if self._uniform_lease is False and self.final.fixed_lease_us is not None:
+            self._uniform_lease = self.final.fixed_lease_us
         if self._uniform_lease is False:
             leases = {c.lease for rec in self.ix.tasks.values() for c in rec.claims}
             self._uniform_lease = leases.pop() if len(leases) == 1 else None
