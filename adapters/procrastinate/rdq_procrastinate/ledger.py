@@ -81,9 +81,10 @@ G12 = (
     f"{_TAG}procrastinate/sql/schema.sql#L67-L68"
 )
 STATEFUL = (
-    "G5 + G7: the stateful machine holds every claim to claimed_at + the lease asked for "
-    "(it does not use Capabilities.lease_for), while procrastinate's lease is the worker's "
-    "last heartbeat + the stalled threshold (" + G5_LEASE + "); past that, procrastinate "
+    "G5 + G7: the stateful machine holds every claim to claimed_at + the lease the lease "
+    "model gives (Capabilities.lease_for), while procrastinate's lease runs from the worker's "
+    "last heartbeat, before the fetch, + the stalled threshold (" + G5_LEASE + "); past "
+    "that, procrastinate "
     "stores no error and no LEASE_EXPIRED attempt (" + G7_ERRORS + "), so the reference "
     "model can never match"
 )
