@@ -20,7 +20,8 @@ it, with two query parameters of the adapter's own, removed before redis-py sees
 
 The ``rdq_*`` parameters of the built-in redis backend's DSNs (``rdq_cluster``,
 ``rdq_check_keys``, ``rdq_wait``, ``rdq_wait_timeout``) are removed too: rq sends no
-``WAIT`` and runs on a single server only (``rdq_cluster=yes`` is refused).
+``WAIT``, and the adapter runs on a single server (``rdq_cluster=yes`` is refused: rq
+reaches a cluster only with a hash-tagged ``RQ_KEY_PREFIX``, a process-wide setting).
 """
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ def parse(dsn: str) -> Target:
             interval = whole(key, value, 0)
         elif key == "rdq_cluster" and value.strip().lower() in _TRUE:
             raise InvalidArgument(
-                "rq does not run on a Redis Cluster (its Lua scripts and MULTI pipelines "
-                "touch the keys of several slots); give a single server"
+                "the rq adapter runs on a single Redis server: rq reaches a Redis Cluster "
+                "only with RQ_KEY_PREFIX set to a hash tag (rq 3.0 CHANGES.md), a "
+                "process-wide setting; with rq's default prefix its Lua scripts and MULTI "
+                "pipelines touch keys of several slots"
             )
         elif key in _REDIS_BACKEND_PARAMS:
             continue
