@@ -15,14 +15,14 @@
    (:mod:`rdq_dramatiq.observed`) and maps it to ``StaleClaim``. Whatever dramatiq
    accepts is reported accepted: a heartbeat is never refused, a Retries re-enqueue is
    never refused. The only retry is the worker's own: an ack or nack that meets a
-   connection error is tried again every 5 s until Redis answers (W L405-440);
+   connection error is tried again every 5 s until Redis answers (W L400-440);
 3. a claim's **token** is what identifies that delivery in dramatiq: the worker process
    that fetched it (its ``broker_id``: the ack set holding it) and the
    ``redis_message_id`` ``RedisBroker.enqueue`` minted for that copy (R L163-170),
    digested to 32 hex digits (:func:`rdq_dramatiq.codec.token_of`). A storage is one
    dramatiq worker process (one ``RedisBroker``). It keeps the ``MessageProxy`` of every
    delivery it fetched until it has reported on it, as dramatiq's worker thread holds
-   its message until ``post_process_message`` (once per delivery, W L604); a token it
+   its message until ``post_process_message`` (once per delivery, W L607); a token it
    does not hold (never fetched here, already reported, another task's) names no message
    it could ack: ``StaleClaim``, an id mapping and not a check (dramatiq's ack takes a
    message, not a task id and a token);
@@ -318,7 +318,7 @@ class DramatiqStorage(Storage):
 
     def _until_redis_answers(self, what: str, call: Callable[[], _T]) -> tuple[_T, bool]:
         """``call()`` retried every 5 s on connection errors, as
-        ``ConsumerThread.post_process_message`` does (W L423-440), for at most
+        ``ConsumerThread.post_process_message`` does (W L429-440), for at most
         :data:`POST_PROCESS_PATIENCE_S`; ``(result, whether a try was lost)``."""
         lost = False
         deadline = time.monotonic() + POST_PROCESS_PATIENCE_S
@@ -398,7 +398,7 @@ class DramatiqStorage(Storage):
         each message whose eta passed is enqueued again without its eta, then its
         delayed original is acked (two separate calls, as in dramatiq). A connection error
         drops the delayed messages held in memory, as ``ConsumerThread.run`` does
-        (W L323-325; they stay in this worker's ack set of the delay queue)."""
+        (W L325-327; they stay in this worker's ack set of the delay queue)."""
         dq = dq_name(queue)
         held = self._delayed.setdefault(queue, [])
         try:
@@ -472,7 +472,7 @@ class DramatiqStorage(Storage):
         held = self._delivery(task_id, token)
         proxy = held.proxy
         with self._driver("complete"):
-            if not held.processed:  # W L583: the actor returned
+            if not held.processed:  # W L573: the actor returned
                 held.processed = True
                 self.broker.emit_after("process_message", proxy, result=None)
             applied = self._post_process(held.queue, proxy)
@@ -491,7 +491,7 @@ class DramatiqStorage(Storage):
                 held.processed = True
                 try:
                     raise Retry(text, delay=codec.delay_ms(delay) or 0)
-                except Retry as exc:  # as in WorkerThread.process_message (W L588-600)
+                except Retry as exc:  # as in WorkerThread.process_message (W L583-600)
                     proxy.stuff_exception(exc)
                     self.broker.emit_after("process_message", proxy, exception=exc)
             try:

@@ -1,0 +1,127 @@
+"""F4: a failed message with retries left is acked and LOST when Redis is down for longer
+than redis-py's retry window while the actor fails.
+
+dramatiq 2.2.1, Redis broker, dramatiq's own ``Worker`` (its defaults but
+``worker_threads=1``). The actor fails while Redis is down (SIGKILL of a private
+``redis-server`` with AOF and ``appendfsync always``, so Redis itself loses nothing). The
+Retries middleware's ``broker.enqueue`` of the retry raises (middleware/retries.py L148);
+``Broker.emit_after`` logs and swallows it (broker.py L123-129); the message was never
+``fail()``-ed, so ``post_process_message`` acks it (worker.py L415-419), retrying the ack
+every 5 s until Redis answers (L423-440). Net: no retry, no dead letter, the message is gone.
+(An outage shorter than redis-py's retries, a few seconds, hides it: the retry is enqueued.)
+
+Needs ``redis-server`` (``DRAMATIQ_REDIS_SERVER``, default ``redis-server`` on PATH); it
+runs on a free loopback port with its data in a temporary folder, removed at the end.
+Exit 1 while the behaviour is present (the message is nowhere afterwards), else 0.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import redis
+
+BIN = os.environ.get("DRAMATIQ_REDIS_SERVER", "redis-server")
+DOWN = 9  # seconds: longer than redis-py 8's default retries (10 tries, backoff capped at 1 s)
+NS = "rdq-f4"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PORT = free_port()
+DATA = tempfile.mkdtemp(prefix="rdq-f4-")
+
+
+def start_redis() -> subprocess.Popen:
+    p = subprocess.Popen(
+        [
+            BIN,
+            "--port",
+            str(PORT),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            DATA,
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=PORT)
+    for _ in range(200):
+        try:
+            client.ping()
+            return p
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise SystemExit("the private redis-server did not start")
+
+
+srv = start_redis()
+import dramatiq  # noqa: E402
+from dramatiq import Worker  # noqa: E402
+from dramatiq.brokers.redis import RedisBroker  # noqa: E402
+
+r = redis.Redis(port=PORT)
+broker = RedisBroker(port=PORT, namespace=NS)
+dramatiq.set_broker(broker)
+state = {}
+
+
+@dramatiq.actor(queue_name="q", max_retries=20)
+def fails(label: str) -> None:
+    state["started"] = time.time()
+    time.sleep(1.5)
+    raise RuntimeError("transient failure: should be retried")
+
+
+worker, where = None, ["?"]
+try:
+    msg = fails.send("job-r")
+    worker = Worker(broker, worker_threads=1)
+    worker.start()
+    while "started" not in state:
+        time.sleep(0.05)
+    srv.send_signal(signal.SIGKILL)
+    srv.wait()
+    print(f"the actor runs; Redis crashed (SIGKILL), down for {DOWN} s")
+    time.sleep(DOWN)
+    srv = start_redis()
+    print(
+        f"Redis back (AOF): the message is still stored, {r.hlen(f'{NS}:q.msgs')} in q.msgs, "
+        f"{sum(r.scard(k) for k in r.scan_iter(f'{NS}:__acks__.*'))} in the worker's ack set"
+    )
+    time.sleep(6.5)  # the ack is retried every 5 s
+    from dramatiq.message import Message
+
+    where = []
+    for key in (f"{NS}:q.msgs", f"{NS}:q.DQ.msgs", f"{NS}:q.XQ.msgs"):
+        for _, data in r.hgetall(key).items():
+            if Message.decode(data).message_id == msg.message_id:
+                where.append(key.split(":", 1)[1])
+    print(f"the message is now in: {where or 'nowhere'} (no retry, no dead letter)")
+finally:
+    if worker is not None:
+        worker.stop(timeout=3000)
+    srv.terminate()
+    srv.wait()
+    shutil.rmtree(DATA, ignore_errors=True)
+if not where:
+    print("BEHAVIOUR PRESENT: a failed message with retries left was acked and lost")
+    sys.exit(1)
+print("behaviour absent")
+sys.exit(0)
