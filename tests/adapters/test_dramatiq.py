@@ -1,0 +1,736 @@
+"""The dramatiq adapter (``adapters/dramatiq``), the control of issue 21, and what the kit
+found with it.
+
+- **The control** (:func:`test_the_whole_kit_fails_only_where_dramatiq_has_a_gap`): the
+  kit's whole suite (conformance, the stateful machine's ``ci`` profile, the standard
+  chaos campaign) on the adapter, in a pytest subprocess, as CI runs it: nothing errors,
+  nothing fails, every failure is a ledger entry (xfailed). Then it looks inside the
+  expected failures, so that an entry can hide nothing: each xfailed test failed the way
+  its gap says (its failure names only the rules the gap touches, in the words the gap
+  gives), and the chaos campaign, which ran with its faults injected, broke no rule
+  dramatiq's design keeps (``lease-respected``, ``no-loss``, ``storage-clock``,
+  ``terminal-final``, ``drain-complete``), broke ``dlq-complete`` only on tasks the
+  adapter's log shows duplicated by finding F2 or F3, and ``one-claim`` only on those or
+  where a holder that had lost its message had its heartbeat taken (a gap).
+- **Each finding** of ``findings/dramatiq/README.md``: the kit fails the adapter under the
+  finding's rule (a chaos campaign through ``run_campaign``, in a subprocess) and the
+  standalone reproducer exits 1 with the behaviour in its output. All campaigns and
+  reproducers start together, once (a module fixture), and run in parallel.
+
+Needs the Redis at ``RDQ_REDIS_DSN`` (default ``redis://127.0.0.1:6379/0``; the
+reproducers use db 11 of the same server) and ``redis-server`` on PATH (F4 restarts a
+server of its own); without them these tests skip, except under ``CI=true``, where that is
+a failure.
+
+This module is also the pytest plugin (``-p tests.adapters.test_dramatiq``) the whole-kit
+subprocess loads to write down what every expected failure failed with
+(:func:`pytest_runtest_logreport`), since JUnit XML keeps only an xfail's reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from rdq_compliance import rules
+
+ROOT = Path(__file__).resolve().parents[2]
+FINDINGS = ROOT / "findings" / "dramatiq"
+DSN = os.environ.get("RDQ_REDIS_DSN") or os.environ.get("RDQ_DSN") or "redis://127.0.0.1:6379/0"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+_AUDIT_ENV = "RDQ_DRAMATIQ_AUDIT"
+
+
+# ---- the plugin half: loaded by the whole-kit subprocess ------------------------------------
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Write each decided report (nodeid, outcome, the failure's first line, properties) to
+    the file ``$RDQ_DRAMATIQ_AUDIT`` names; on the xdist controller (or alone) only."""
+    path = os.environ.get(_AUDIT_ENV)
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if report.when != "call" and report.outcome == "passed":
+        return
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    text = str(crash.message) if crash is not None else ("" if longrepr is None else str(longrepr))
+    record = {
+        "nodeid": report.nodeid,
+        "when": report.when,
+        "outcome": report.outcome,
+        "xfail": getattr(report, "wasxfail", None),
+        "crash": text[:4000],
+        "properties": [[str(k), str(v)] for k, v in report.user_properties],
+    }
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+# ---- what may fail, and how ------------------------------------------------------------------
+
+#: Ledger entry -> what its tests' failures must look like: (the rules a failure may name,
+#: a regex its first line must match). A failure of an xfailed test outside these is a
+#: regression the entry would hide.
+XFAIL_SHAPES: dict[str, tuple[frozenset[str], str]] = {
+    "history-numbering": (frozenset({"history-numbering"}), r"attempts \[\]|history \[\]"),
+    "lease-per-claim": (frozenset({"lease-per-claim"}), r"the claim holds until .* not claimed_at"),
+    "enqueue-idempotent": (
+        frozenset({"enqueue-idempotent"}),
+        r"returned True|expected IdConflict, but the call returned True",
+    ),
+    "redrive": (frozenset({"redrive"}), r"Unsupported escaped .* dramatiq has no redrive"),
+    "purge": (frozenset({"purge"}), r"Unsupported escaped .* dramatiq purges only whole queues"),
+    "purge-succeeded": (
+        frozenset({"purge-succeeded"}),
+        r"Unsupported escaped .* keeps nothing of a succeeded|IndexError|keeps no succeeded",
+    ),
+    "lease-respected": (
+        frozenset({"lease-respected"}),
+        r"is not later than the claim's|completed, task is SUCCEEDED with attempts \[\]",
+    ),
+}
+_HISTORY = (
+    r"attempts \[\]|attempts \(\)|attempts went from \[\] to \[\]|IndexError|with attempts \[\]"
+)
+_OWN = r"\[claim-complete\] .* could not be claimed: task '[^']+' is IN_FLIGHT"
+_REDRIVE = r"Unsupported escaped .* dramatiq has no redrive|dramatiq purges only whole"
+#: Test-id entries (by the key's function name or full id) -> (rules, regex).
+XFAIL_TEST_SHAPES: dict[str, tuple[frozenset[str], str]] = {
+    "test_claim_returns_the_task_with_its_full_history": (frozenset({"transition"}), _HISTORY),
+    "test_expired_lease_is_reclaimed_with_a_lease_expired_attempt": (
+        frozenset({"reclaim-expired"}),
+        r"reclaimed is False",
+    ),
+    "test_expired_worker_can_still_report_until_reclaimed": (
+        frozenset({"fencing"}),
+        r"the task is (SUCCEEDED|PENDING|DEAD) with attempts \[\], "
+        r"expected (SUCCEEDED|PENDING|DEAD)",
+    ),
+    "test_at_most_one_outcome_per_token": (frozenset({"fencing"}), r"second complete changed"),
+    "test_threads_never_share_a_claim": (
+        frozenset({"one-claim"}),
+        r"^(?!.*claimed \d+ times).*ended SUCCEEDED with attempt_count 0 and attempts \[\]",
+    ),
+    "test_processes_never_share_a_claim": (
+        frozenset({"one-claim"}),
+        r"^(?!.*claimed \d+ times).*ended SUCCEEDED with attempt_count 0 and attempts \[\]",
+    ),
+    "test_complete_makes_the_task_succeeded": (frozenset({"transition"}), _HISTORY),
+    "test_reschedule_returns_the_task_to_pending_due_after_the_delay": (
+        frozenset({"transition"}),
+        _HISTORY,
+    ),
+    "test_reschedule_keeps_the_error_exactly": (frozenset({"transition"}), _HISTORY),
+    "test_dead_letter_makes_the_task_dead_with_the_given_outcome": (
+        frozenset({"transition"}),
+        _HISTORY,
+    ),
+    "test_redriven_task_is_pending_due_now_with_count_reset_and_history_kept[one-failure]": (
+        frozenset({"transition"}),
+        r"has attempt_count 0 after failed attempts",
+    ),
+    "test_every_claim_mints_a_fresh_token": (frozenset({"claim-complete"}), _OWN),
+    "test_stale_token_is_refused_and_changes_nothing": (frozenset({"claim-complete"}), _OWN),
+    "test_dlq_lists_every_dead_task_with_its_whole_history": (
+        frozenset({"no-loss"}),
+        r"could not be claimed: no task known; stats\('q'\) QueueStats\(pending=0, due=0, "
+        r"in_flight=1",
+    ),
+    "test_dlq_filter_selects_exactly_the_matching_dead_tasks": (
+        frozenset({"dlq-paging"}),
+        r"error_type='smtp.Timeout'.* listed \[\]",
+    ),
+    "test_dlq_paging_is_stable_while_another_handle_dead_letters_from_another_thread": (
+        frozenset(),
+        r"StaleClaim: .* holds no message of it",
+    ),
+    "test_dlq_lists_no_task_that_is_not_dead": (frozenset({"redrive"}), _REDRIVE),
+    "test_dlq_pages_return_every_dead_task_once_in_dead_letter_order": (
+        frozenset({"redrive"}),
+        _REDRIVE,
+    ),
+    "test_dlq_paging_is_stable_while_tasks_are_redriven_or_purged": (
+        frozenset({"redrive"}),
+        _REDRIVE,
+    ),
+    "test_selectors_never_touch_another_queue": (frozenset({"redrive", "purge"}), _REDRIVE),
+    "test_stats_count_tasks_by_status": (frozenset({"redrive"}), _REDRIVE),
+    "test_stats_are_per_queue": (frozenset({"redrive"}), _REDRIVE),
+    "test_purge_succeeded_with_zero_age_deletes_every_succeeded_task": (
+        frozenset({"redrive"}),
+        _REDRIVE,
+    ),
+    "test_purge_succeeded_keeps_tasks_younger_than_older_than": (frozenset({"redrive"}), _REDRIVE),
+    "test_purge_succeeded_only_touches_its_queue": (
+        frozenset({"purge-succeeded"}),
+        r"keeps nothing of a succeeded|keeps no succeeded",
+    ),
+    "test_re_enqueue_changes_nothing_whatever_the_state": (frozenset({"redrive"}), _REDRIVE),
+    "test_same_id_in_another_queue_raises_id_conflict": (frozenset({"redrive"}), _REDRIVE),
+    # the machine stops at its first divergence, which depends on the generated program:
+    # always the missing history or the fixed lease, under one rule or another
+    "test_backend_behaves_like_the_reference_model": (
+        frozenset(
+            {"storage-clock", "transition", "history-numbering", "model-equivalence", "fencing"}
+        ),
+        r"attempts backend=\[\]|attempt_count backend=|is not claimed_at \+ lease",
+    ),
+    "test_chaos_campaign_finds_no_violation": (
+        frozenset(
+            {
+                "outcome-recorded",
+                "execution-count",
+                "transition",
+                "history-numbering",
+                "reclaim-expired",
+                "lease-expired-recorded",
+                "fencing",
+                "drain-timeout",
+                "one-claim",
+                "dlq-complete",
+                "no-loss",
+            }
+        ),
+        r"violation\(s\); report folder",
+    ),
+}
+
+#: What the standard campaign's checker may say on dramatiq, by rule: gaps (no attempt
+#: history; heartbeats never refused; abandoned tasks stay with their live worker) and the
+#: duplicates of findings F2/F3 (dlq-complete, one-claim: checked task by task).
+CHAOS_GAP_RULES = frozenset(
+    {
+        "outcome-recorded",
+        "execution-count",
+        "transition",
+        "history-numbering",
+        "reclaim-expired",
+        "lease-expired-recorded",
+        "fencing",
+        "drain-timeout",
+    }
+)
+CHAOS_FINDING_RULES = frozenset({"one-claim", "dlq-complete"})
+#: The rules dramatiq's design keeps: the campaign must not break them at all.
+CHAOS_KEPT_RULES = (
+    "lease-respected",
+    "no-loss",
+    "storage-clock",
+    "terminal-final",
+    "drain-complete",
+)
+#: The two kinds of fencing violation that are gaps: a worker that fetches a requeued
+#: message again holds the same (broker, message id), and heartbeats are never refused.
+CHAOS_FENCING_GAPS = (r"got the same token", r"a heartbeat of \S+ for .* was acknowledged")
+
+
+# ---- the campaigns of the findings ------------------------------------------------------------
+
+#: F3: delayed tasks that fail at once (dead-lettered), workers paused past the lease: a
+#: paused worker promotes the delayed messages it held although another worker took them
+#: over, so a task has two copies, both dead-lettered: the DLQ lists it twice.
+SCENARIO_F3 = """
+name = "dramatiq-f3"
+seed = 3
+duration = "12s"
+[workers]
+count = 3
+concurrency = 2
+batch = 2
+lease = "2s"
+heartbeat_fraction = 0.3
+max_attempts = 4
+poll_interval = "50ms"
+max_poll_interval = "200ms"
+retry_base = "100ms"
+retry_cap = "1s"
+[workload]
+tasks = 120
+queue = "f3"
+spread = "8s"
+[workload.handlers]
+permanent = { weight = 1 }
+[faults]
+warmup = 1.0
+[faults.pause]
+count = 2
+factor = [2.0, 2.5]
+[limits]
+deadline = "60s"
+drain_timeout = "20s"
+"""
+#: F2: due tasks whose handlers fail after a second or two, workers paused in them: the
+#: resumed worker's failure schedules a retry of a task another worker took over.
+SCENARIO_F2 = """
+name = "dramatiq-f2"
+seed = 5
+duration = "12s"
+[workers]
+count = 3
+concurrency = 3
+batch = 3
+lease = "2s"
+heartbeat_fraction = 0.3
+max_attempts = 2
+poll_interval = "50ms"
+max_poll_interval = "200ms"
+retry_base = "100ms"
+retry_cap = "300ms"
+[workload]
+tasks = 36
+queue = "f2"
+spread = "6s"
+[workload.handlers]
+flaky = { weight = 1, duration = ["1s", "2s"], failures = [1, 1] }
+[faults]
+warmup = 1.0
+[faults.pause]
+count = 3
+factor = [2.0, 2.5]
+[limits]
+deadline = "60s"
+drain_timeout = "12s"
+"""
+#: F4: failing handlers while the server (the kit's own, AOF ``appendfsync always``) is
+#: down for longer than redis-py's retries: a retry that could not be enqueued is acked away.
+SCENARIO_F4 = """
+name = "dramatiq-f4"
+seed = 7
+duration = "10s"
+[workers]
+count = 3
+concurrency = 3
+batch = 3
+lease = "2s"
+heartbeat_fraction = 0.3
+max_attempts = 4
+poll_interval = "50ms"
+max_poll_interval = "200ms"
+retry_base = "100ms"
+retry_cap = "300ms"
+[workload]
+tasks = 24
+queue = "f4"
+spread = "3s"
+[workload.handlers]
+flaky = { weight = 1, duration = ["1s", "2s"], failures = [1, 1] }
+[faults]
+warmup = 3.0
+[faults.server_restart]
+count = 1
+down = "8s"
+[limits]
+deadline = "60s"
+drain_timeout = "12s"
+"""
+
+#: A campaign in a subprocess: ``python -c CAMPAIGN scenario.toml outdir [dsn]``; writes
+#: ``outdir/summary.json`` (violations, counters, the adapter's F2/F3 log lines by task).
+CAMPAIGN = r"""
+import json, re, sys, tomllib
+from pathlib import Path
+from rdq_compliance.chaos.runner import run_campaign
+from rdq_compliance.chaos.scenario import scenario_from_dict
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
+
+scenario = scenario_from_dict(tomllib.loads(Path(sys.argv[1]).read_text()))
+out = Path(sys.argv[2])
+dsn = sys.argv[3] if len(sys.argv) > 3 else None
+session = Session(Settings(backend="dramatiq", dsn=dsn, docker=False), workdir=out / "work")
+session.start()
+try:
+    result = run_campaign(scenario, session=session, outdir=out / "report")
+finally:
+    session.close()
+logs = "".join(p.read_text(errors="replace") for p in (out / "report" / "logs").glob("*.log"))
+f3 = sorted(set(re.findall(r"F3: promoted delayed message \S+ \(message_id '([^']+)'\)", logs)))
+f2 = sorted(set(re.findall(r"F2: the Retries middleware enqueued a retry of '([^']+)'", logs)))
+summary = {
+    "violations": [
+        {"rule": v.rule, "task": v.task, "message": v.message} for v in result.violations
+    ],
+    "counters": result.counters.as_dict(),
+    "drained": result.drained,
+    "f2": f2,
+    "f3": f3,
+    "retries_swallowed": logs.count(
+        "Unexpected failure in after_process_message of <dramatiq.middleware.retries.Retries"
+    ),
+}
+(out / "summary.json").write_text(json.dumps(summary))
+"""
+
+REPRODUCERS = {
+    "F1": "01-heartbeat-starvation.py",
+    "F2": "02-stale-retry-after-success.py",
+    "F3": "03-delayed-promotion-duplicates.py",
+    "F4": "04-retry-lost-in-outage.py",
+}
+
+
+def _with_db(dsn: str, db: int) -> str:
+    url = urlsplit(dsn)
+    return urlunsplit((url.scheme, url.netloc, f"/{db}", "", ""))
+
+
+def _need_servers() -> None:
+    import redis
+
+    try:
+        redis.Redis.from_url(DSN, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        reason = f"no Redis answers at RDQ_REDIS_DSN / default {DSN!r}: {exc}"
+        if IN_CI:
+            pytest.fail(f"{reason} (CI=true: a failure, not a skip)")
+        pytest.skip(reason)
+    if shutil.which("redis-server") is None:
+        reason = "no redis-server on PATH (finding F4 kills and restarts a server of its own)"
+        if IN_CI:
+            pytest.fail(f"{reason} (CI=true: a failure, not a skip)")
+        pytest.skip(reason)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
+    env["DRAMATIQ_REDIS_URL"] = _with_db(DSN, 11)
+    env.pop(_AUDIT_ENV, None)
+    return env
+
+
+@dataclass
+class Run:
+    """A subprocess started by the module fixture, and where its output goes."""
+
+    name: str
+    proc: subprocess.Popen
+    out: Path
+    started: float = field(default_factory=time.monotonic)
+    code: int | None = None
+    seconds: float = 0.0
+
+    def wait(self, timeout: float = 240.0) -> Run:
+        if self.code is None:
+            try:
+                self.code = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                pytest.fail(f"{self.name} did not finish in {timeout:.0f} s; output: {self.text()}")
+            self.seconds = time.monotonic() - self.started
+        return self
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace") if self.out.exists() else ""
+
+    def summary(self) -> dict:
+        path = self.out.parent / "summary.json"
+        assert path.exists(), (
+            f"{self.name} wrote no summary (exit {self.code}): {self.text()[-3000:]}"
+        )
+        return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def findings_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+    """Every reproducer (F1 also with ``--control``) and every finding's campaign, started
+    together, once."""
+    _need_servers()
+    base = tmp_path_factory.mktemp("dramatiq-findings")
+    runs: dict[str, Run] = {}
+
+    def start(name: str, argv: list[str], cwd: Path) -> None:
+        folder = base / name
+        folder.mkdir()
+        out = folder / "output.txt"
+        with out.open("w") as fh:
+            proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=fh, stderr=subprocess.STDOUT)
+        runs[name] = Run(name, proc, out)
+
+    for name, toml, dsn in (
+        ("campaign-F3", SCENARIO_F3, DSN),
+        ("campaign-F2", SCENARIO_F2, DSN),
+        ("campaign-F4", SCENARIO_F4, None),  # the kit's own server: it can kill and restart it
+    ):
+        folder = base / f"{name}-scenario"
+        folder.mkdir()
+        (folder / "scenario.toml").write_text(toml)
+        argv = [sys.executable, "-c", CAMPAIGN, str(folder / "scenario.toml"), str(base / name)]
+        start(name, argv + ([dsn] if dsn else []), base)
+    for finding, script in REPRODUCERS.items():
+        start(f"repro-{finding}", [sys.executable, str(FINDINGS / script)], base)
+    start(
+        "repro-F1-control", [sys.executable, str(FINDINGS / REPRODUCERS["F1"]), "--control"], base
+    )
+    try:
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
+
+
+def _reproduced(run: Run, *lines: str) -> str:
+    run.wait()
+    text = run.text()
+    assert run.code == 1, f"{run.name} exited {run.code}, expected 1; output:\n{text[-3000:]}"
+    assert "BEHAVIOUR PRESENT" in text, text[-3000:]
+    for line in lines:
+        assert re.search(line, text), f"{run.name}: {line!r} not in its output:\n{text[-3000:]}"
+    return text
+
+
+def _violations(summary: dict, rule: str) -> list[dict]:
+    return [v for v in summary["violations"] if v["rule"] == rule]
+
+
+def _listed_twice(violation: dict) -> bool:
+    """A dlq-complete violation saying the DLQ lists the task more than once: two copies of
+    it were dead-lettered (a nack moves one stored copy; one delivery cannot do it twice)."""
+    return re.search(r"the DLQ lists it \d+ times", violation["message"]) is not None
+
+
+# ---- the findings ---------------------------------------------------------------------------
+
+
+def test_f1_a_live_worker_with_full_prefetch_stops_heartbeating(findings_runs):
+    """F1: dramatiq's own Worker, alive and running a message, sends no heartbeat while both
+    its prefetch buffers are full; another worker's maintenance hands the running message
+    to a second consumer. (The kit cannot reach this through the adapter: the worker loop
+    it drives is rdq's, whose heartbeat is any call of the storage; the reproducer runs
+    dramatiq's Worker itself. Its control, with no scheduled messages, exits 0.)"""
+    _reproduced(
+        findings_runs["repro-F1"],
+        r"A holds q=2 q\.DQ=1000",
+        r"its heartbeat is \d+ ms old",
+        r"B fetched .*job-1.*; A is still executing \['job-1'\]",
+    )
+    control = findings_runs["repro-F1-control"].wait()
+    assert control.code == 0 and "behaviour absent" in control.text(), control.text()[-2000:]
+
+
+def test_f2_a_stale_failure_schedules_a_retry_after_another_worker_took_over(findings_runs):
+    """F2 (rule dlq-complete): in a campaign whose workers are paused inside failing
+    handlers, a resumed worker's reschedule is refused (its ack) after the Retries
+    middleware already enqueued the retry: the task now has two copies, and the kit finds
+    the DLQ listing it twice, on tasks only F2 touched (not F3)."""
+    campaign = findings_runs["campaign-F2"].wait()
+    summary = campaign.summary()
+    f2, f3 = set(summary["f2"]), set(summary["f3"])
+    assert f2, f"no F2 event in the campaign's worker logs: {summary['counters']}"
+    twice = [v["task"] for v in _violations(summary, "dlq-complete") if _listed_twice(v)]
+    assert set(twice) & (f2 - f3), (
+        f"no task only F2 touched is listed twice; listed twice {twice}, F2 {sorted(f2)}, "
+        f"F3 {sorted(f3)}"
+    )
+    _reproduced(
+        findings_runs["repro-F2"],
+        r"B reclaimed it and acked it \(success\)",
+        r"copies of the completed message still queued: \[\('q\.DQ\.msgs', 1\)\]",
+    )
+
+
+def test_f3_a_paused_worker_promotes_delayed_messages_it_no_longer_holds(findings_runs):
+    """F3 (rule dlq-complete; upstream Bogdanp/dramatiq#431): in a campaign of delayed
+    tasks that fail at once, workers paused past the lease, the kit finds the DLQ listing
+    tasks twice, every one a task the adapter logged as promoted by a worker that no
+    longer held it (so two copies were enqueued), none a retry (F2)."""
+    campaign = findings_runs["campaign-F3"].wait()
+    summary = campaign.summary()
+    twice = [v["task"] for v in _violations(summary, "dlq-complete") if _listed_twice(v)]
+    assert twice, f"the DLQ lists no task twice: {summary['counters']}"
+    assert set(twice) <= set(summary["f3"]) and not summary["f2"], (
+        f"listed twice {twice}; stale promotions logged {summary['f3']}, F2 {summary['f2']}"
+    )
+    _reproduced(
+        findings_runs["repro-F3"],
+        r"executions of the one scheduled message: \['job-d ran on \w', 'job-d ran on \w'\]",
+    )
+
+
+def test_f4_a_retry_that_cannot_be_enqueued_is_acked_away(findings_runs):
+    """F4 (rule no-loss): in a campaign whose server is down for longer than redis-py's
+    retries while handlers fail, tasks whose last report was an accepted reschedule are
+    gone afterwards; dramatiq logged the Retries middleware's failure it swallowed."""
+    campaign = findings_runs["campaign-F4"].wait()
+    summary = campaign.summary()
+    assert summary["counters"].get("server_restarts", 0) >= 1, summary["counters"]
+    lost = _violations(summary, "no-loss")
+    assert lost, (
+        f"no no-loss violation: {[(v['rule'], v['task']) for v in summary['violations']][:20]}"
+    )
+    assert summary["retries_swallowed"] > 0, "dramatiq logged no swallowed Retries failure"
+    _reproduced(
+        findings_runs["repro-F4"],
+        r"Redis back \(AOF\): the message is still stored, 1 in q\.msgs",
+        r"the message is now in: nowhere",
+    )
+
+
+# ---- the control: the whole kit -----------------------------------------------------------------
+
+
+def _entry_key(properties: list[list[str]]) -> str | None:
+    """The ledger key of ``rdq.expected-failure`` (``"<reason> [<key>]"``; a key may hold
+    brackets of its own, ``test_x[param]``, never a space)."""
+    for name, value in properties:
+        if name == "rdq.expected-failure" and " [" in value and value.endswith("]"):
+            return value.rsplit(" [", 1)[1][:-1]
+    return None
+
+
+def _shape(key: str) -> tuple[frozenset[str], str] | None:
+    if key in XFAIL_SHAPES:
+        return XFAIL_SHAPES[key]
+    if key in XFAIL_TEST_SHAPES:
+        return XFAIL_TEST_SHAPES[key]
+    return XFAIL_TEST_SHAPES.get(key.partition("[")[0])
+
+
+def _refused_reports(history: Path) -> set[str]:
+    """The claim tokens whose outcome report dramatiq refused (journaled ``fail ... stale``)."""
+    out = set()
+    for path in history.glob("*.jsonl"):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if (
+                event.get("type") == "fail"
+                and event.get("error") == "stale"
+                and event.get("op")
+                in (
+                    "complete",
+                    "reschedule",
+                    "dead_letter",
+                )
+            ):
+                out.add(event.get("token"))
+    return out
+
+
+def _chaos_problems(report: Path) -> list[str]:
+    """What the standard campaign's checker said that no gap or finding explains:
+
+    - a rule dramatiq keeps (:data:`CHAOS_KEPT_RULES`) or one no gap touches: any violation;
+    - ``dlq-complete``: only "the DLQ lists it N times" of a task the adapter logged as
+      duplicated (F2: a retry enqueued by a worker that no longer held it; F3: a delayed
+      message promoted by such a worker);
+    - ``one-claim``: a task so duplicated (two copies, two live claims), or the gap of
+      heartbeats never refused: the earlier holder had lost the message to maintenance
+      (its report was refused as stale) and its later heartbeat, taken, is what made its
+      lease look live (dramatiq never reports a reclaim, so the kit cannot see it);
+    - ``fencing``: only the two gaps of :data:`CHAOS_FENCING_GAPS`.
+    """
+    results = json.loads((report / "results.json").read_text())
+    logs = "".join(p.read_text(errors="replace") for p in (report / "logs").glob("*.log"))
+    duplicated = set(re.findall(r"F3: promoted delayed message \S+ \(message_id '([^']+)'\)", logs))
+    duplicated |= set(re.findall(r"F2: the Retries middleware enqueued a retry of '([^']+)'", logs))
+    refused = _refused_reports(report / "history")
+    problems = []
+    for v in results["violations"]:
+        rule, task, text = v["rule"], v["task"], v["message"]
+        if rule in CHAOS_KEPT_RULES or rule not in CHAOS_GAP_RULES | CHAOS_FINDING_RULES:
+            problems.append(f"{rule} on {task}: {text[:300]}")
+        elif rule == "dlq-complete" and not (_listed_twice(v) and task in duplicated):
+            problems.append(f"dlq-complete on {task}, no F2/F3 duplicate: {text[:300]}")
+        elif (
+            rule == "one-claim"
+            and task not in duplicated
+            and not (v["tokens"] and v["tokens"][0] in refused and "extended by heartbeats" in text)
+        ):
+            problems.append(f"one-claim on {task}, neither a duplicate nor a stale heartbeat")
+        elif rule == "fencing" and not any(re.search(p, text) for p in CHAOS_FENCING_GAPS):
+            problems.append(f"fencing on {task}: {text[:300]}")
+    assert set(rules.RULES) >= set(CHAOS_KEPT_RULES)
+    return problems
+
+
+def test_the_whole_kit_fails_only_where_dramatiq_has_a_gap(tmp_path):
+    """The control: the whole kit on dramatiq (no ``-m``: conformance, stateful ``ci``, the
+    standard chaos campaign; ``-n 2``) ends with no error and no failure, every failure an
+    expected one of the ledger, each failing the way its gap says; the chaos campaign ran
+    with its faults and broke only what the gaps and findings F2/F3 explain. Takes about
+    three minutes: the standard campaign's 40 s window with a 2 s lease, and the drain,
+    which waits out the tasks the kit's poison handlers abandon in a live worker (dramatiq
+    reclaims only from dead ones)."""
+    _need_servers()
+    audit = tmp_path / "audit.jsonl"
+    junit = tmp_path / "kit.xml"
+    env = _env()
+    env[_AUDIT_ENV] = str(audit)
+    argv = [
+        sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite",
+        "--rdq-backend=dramatiq", "--rdq-dsn", DSN, "-p", "no:cacheprovider",
+        "-p", "tests.adapters.test_dramatiq", "-n", "2", "-q",
+        f"--junitxml={junit}", f"--basetemp={tmp_path / 'kit'}",
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    wall = time.monotonic() - t0
+    tail = (proc.stdout + proc.stderr)[-6000:]
+    suites = ET.parse(junit).getroot()
+    suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
+    assert suite is not None, tail
+    counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
+    assert proc.returncode == 0 and counts["failures"] == 0 and counts["errors"] == 0, (
+        f"the kit on dramatiq: exit {proc.returncode}, {counts}, {wall:.0f} s\n{tail}"
+    )
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    xfailed = [r for r in records if r["xfail"] is not None and r["outcome"] == "skipped"]
+    assert xfailed, tail
+    wrong = []
+    for r in xfailed:
+        key = _entry_key(r["properties"])
+        shape = None if key is None else _shape(key)
+        if shape is None:
+            wrong.append(f"{r['nodeid']}: ledger entry {key!r} has no expected shape here")
+            continue
+        allowed, pattern = shape
+        named = set(rules.named_in(r["crash"]))
+        if not named <= allowed or not re.search(pattern, r["crash"], re.S):
+            wrong.append(f"{r['nodeid']} [{key}]: failed with {r['crash'][:400]!r}")
+    assert not wrong, "expected failures that failed otherwise than their gap:\n" + "\n".join(wrong)
+    chaos = [r for r in records if "test_chaos_campaign_finds_no_violation" in r["nodeid"]]
+    assert chaos and chaos[0]["xfail"] is not None, f"the chaos campaign did not run: {chaos}"
+    props = dict(tuple(p) for p in chaos[0]["properties"])
+    faults = json.loads(props["rdq.faults"])
+    assert faults["total_kills"] > 0 and faults["pauses"] > 0, faults
+    assert faults["connection_cuts"] > 0, faults
+    report = Path(props["rdq.chaos-report"])
+    problems = _chaos_problems(report)
+    assert not problems, "the campaign broke what no gap or finding explains:\n" + "\n".join(
+        problems[:20]
+    )
+    by_rule = Counter(
+        v["rule"] for v in json.loads((report / "results.json").read_text())["violations"]
+    )
+    table = [
+        line
+        for line in proc.stdout.splitlines()
+        if re.match(r"\s+(suite|conformance|stateful|chaos) ", line)
+    ]
+    print(
+        f"whole kit on dramatiq, {wall:.0f} s wall:\n"
+        + "\n".join(table)
+        + f"\nchaos faults {faults}\nchaos violations by rule {dict(by_rule.most_common())}"
+    )
