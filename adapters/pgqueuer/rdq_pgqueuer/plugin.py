@@ -48,7 +48,8 @@ VERSION = f"pgqueuer {PGQUEUER_VERSION}"
 
 class _Installer:
     """``prepare`` for :class:`WrappedServer`: pgqueuer's schema in a fresh namespace,
-    over one admin connection kept for the server's life (made again when it died)."""
+    over one admin connection kept for the server's life (checked before each use and
+    made again when it died: a server kill, restart or failover ends it)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -69,12 +70,17 @@ class _Installer:
 
     def _connection(self, dsn: str) -> psycopg.Connection:
         conn = self._conn
-        if conn is None or conn.closed or conn.broken or self._dsn != dsn:
-            self._drop()
-            conn = psycopg.connect(
-                dsn, autocommit=True, connect_timeout=10, application_name="rdq:pgqueuer-install"
-            )
-            self._conn, self._dsn = conn, dsn
+        if conn is not None and not (conn.closed or conn.broken) and self._dsn == dsn:
+            try:
+                conn.execute("SELECT 1")
+                return conn
+            except psycopg.Error:
+                pass
+        self._drop()
+        conn = psycopg.connect(
+            dsn, autocommit=True, connect_timeout=10, application_name="rdq:pgqueuer-install"
+        )
+        self._conn, self._dsn = conn, dsn
         return conn
 
     def _drop(self) -> None:
@@ -105,6 +111,10 @@ class PgqueuerServer(WrappedServer):
 
     def dsn_via(self, host: str, port: int) -> str:
         return dsns.with_timeout(self.inner.dsn_via(host, port), self.heartbeat_timeout)
+
+    def forget_connections(self) -> None:
+        self._installer.close()
+        super().forget_connections()
 
     def close(self) -> None:
         try:
