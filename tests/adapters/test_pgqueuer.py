@@ -1,0 +1,420 @@
+"""The pgqueuer adapter (``adapters/pgqueuer``) and what the kit found in pgqueuer 1.6.0.
+
+- the adapter's own pieces: the heartbeat-timeout option carried in the DSN, the history
+  read from ``pgqueuer_log`` (crafted logs), the plugin's server (pgqueuer installed in
+  each namespace, the option in the DSN it hands out);
+- the ledger: a few of its gaps, run through the kit, are reported as expected failures
+  (and a ledger key that names no test would be a usage error: the run would fail);
+- each finding of ``findings/pgqueuer/README.md``: the kit fails on the adapter under the
+  finding's rule (a chaos campaign of the finding's own scenario, both campaigns at once,
+  a second seed only if the first missed), and the standalone reproducer exits 1.
+
+The server is ``RDQ_POSTGRES_DSN`` (or ``RDQ_DSN``), else
+``postgresql://postgres@127.0.0.1:5432/test``; without one these tests skip — except
+under ``CI=true``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from rdq_pgqueuer import dsn as dsns
+from rdq_pgqueuer.history import JobRecord, LogRow, decode, traceback_context
+from rdq_pgqueuer.plugin import PgqueuerBackend
+from rdq_pgqueuer.storage import PgqueuerStorage
+
+from rdq_compliance.chaos.campaign_result import CampaignResult
+from rdq_compliance.chaos.runner import run_campaign
+from rdq_compliance.chaos.scenario import load_scenario
+from rdq_compliance.provision.backend import ProvisionRequest
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
+from rdq_core.model import ErrorInfo, NewTask, Outcome, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+FINDINGS = ROOT / "findings" / "pgqueuer"
+DSN = (
+    os.environ.get("RDQ_POSTGRES_DSN")
+    or os.environ.get("RDQ_DSN")
+    or ("postgresql://postgres@127.0.0.1:5432/test")
+)
+IN_CI = os.environ.get("CI", "").lower() == "true"
+#: Seeds a finding's campaign is run with, one after the other, until the rule shows.
+TRIES = 2
+
+
+def _server_answers() -> str | None:
+    try:
+        with psycopg.connect(dsns.split(DSN)[0], connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return str(exc).strip() or type(exc).__name__
+    return None
+
+
+@pytest.fixture(scope="module")
+def dsn() -> str:
+    reason = _server_answers()
+    if reason is not None:
+        message = f"no PostgreSQL server answers at {dsns.mask(DSN)!r}: {reason}"
+        if IN_CI:
+            pytest.fail(f"{message} (CI=true: a failure, not a skip)")
+        pytest.skip(message)
+    return DSN
+
+
+# ---- the adapter's own pieces ---------------------------------------------------------------
+
+
+def test_the_heartbeat_timeout_travels_in_the_dsn():
+    url = "postgresql://u:secret@h:5432/db?sslmode=disable"
+    carried = dsns.with_timeout(url, timedelta(seconds=2.5))
+    assert "pgqueuer_heartbeat_timeout=2.5" in carried and "sslmode=disable" in carried
+    assert dsns.split(carried) == (url, timedelta(seconds=2.5))
+    assert dsns.split(url) == (url, None)
+    kv = dsns.with_timeout("host=h dbname=db", timedelta(seconds=7))
+    assert dsns.split(kv) == ("host=h dbname=db", timedelta(seconds=7))
+    assert "secret" not in dsns.mask(carried)
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            dsns.split(f"{url}&pgqueuer_heartbeat_timeout={bad}")
+
+
+US = 1_000_000
+T = timedelta(seconds=2)
+
+
+def _record(log: list[tuple[str, int, dict | None]], row: dict | None, job_id: int = 1):
+    rows = tuple(LogRow(i, at * US, status, tb) for i, (status, at, tb) in enumerate(log, 1))
+    return JobRecord(job_id, "q", "h", row, rows)
+
+
+ERROR = ErrorInfo("E", "m")
+
+
+def _tb(outcome: Outcome, claim_at: int, error: ErrorInfo | None = ERROR):
+    return {
+        "exception_type": error.type if error else "",
+        "exception_message": error.message if error else "",
+        "traceback": "",
+        "additional_context": traceback_context(outcome, error, claim_at * US),
+    }
+
+
+def _row(status: str, heartbeat: int = 0) -> dict:
+    return {
+        "status": status,
+        "payload": b"p",
+        "headers": {"k": "v", "rdq.handler": "h"},
+        "execute_after_us": 100 * US,
+        "heartbeat_us": heartbeat * US,
+        "created_us": 0,
+    }
+
+
+def test_history_reads_a_stale_retry_as_the_log_records_it():
+    """F1 as pgqueuer_log records it: A picks (10), B re-picks (13), A's late retry_job
+    (14) ends B's pick too, C picks (15): A's pick is LEASE_EXPIRED at the re-pick and
+    gets A's retry, B's pick is LEASE_EXPIRED at A's retry, C's pick is no reclaim."""
+    log = [
+        ("queued", 1, None),
+        ("picked", 10, None),
+        ("picked", 13, None),
+        ("queued", 14, _tb(Outcome.RETRYABLE_FAILURE, 10)),
+        ("picked", 15, None),
+    ]
+    decoded = decode("t", [_record(log, _row("picked", heartbeat=15))], T)
+    assert decoded is not None
+    task = decoded.task
+    assert [
+        (a.attempt_no, a.outcome, a.started_at.second, a.finished_at.second) for a in task.attempts
+    ] == [
+        (1, Outcome.LEASE_EXPIRED, 10, 13),
+        (2, Outcome.LEASE_EXPIRED, 13, 14),
+        (3, Outcome.RETRYABLE_FAILURE, 10, 14),
+    ]
+    assert task.status is Status.IN_FLIGHT and not decoded.reclaimed
+    assert task.lease_expires_at is not None and task.lease_expires_at.second == 17
+    assert dict(task.headers) == {"k": "v"} and task.attempt_count == 3
+
+
+def test_history_reads_a_resurrected_held_job_and_a_redrive():
+    """F2 as the log records it (B holds the job, A's late retry makes it queued), then a
+    redrive of a held job (requeue_jobs: 'queued' with no traceback after 'failed')."""
+    f2 = [
+        ("queued", 1, None),
+        ("picked", 10, None),
+        ("picked", 13, None),
+        ("failed", 14, _tb(Outcome.PERMANENT_FAILURE, 13)),
+        ("queued", 16, _tb(Outcome.RETRYABLE_FAILURE, 10)),
+    ]
+    task = decode("t", [_record(f2, _row("queued"))], T).task  # type: ignore[union-attr]
+    assert [a.outcome for a in task.attempts] == [
+        Outcome.LEASE_EXPIRED,
+        Outcome.PERMANENT_FAILURE,
+        Outcome.RETRYABLE_FAILURE,
+    ]
+    assert task.status is Status.PENDING and task.redrive_count == 0
+    redriven = [
+        ("queued", 1, None),
+        ("picked", 2, None),
+        ("failed", 3, _tb(Outcome.RETRYABLE_FAILURE, 2, None)),
+        ("queued", 4, None),
+    ]
+    task = decode("t", [_record(redriven, _row("queued"))], T).task  # type: ignore[union-attr]
+    assert task.redrive_count == 1 and task.attempt_count == 0
+    assert [(a.outcome, a.error) for a in task.attempts] == [(Outcome.RETRYABLE_FAILURE, None)]
+    done = [("queued", 1, None), ("picked", 2, None), ("successful", 3, _tb(Outcome.SUCCESS, 2))]
+    task = decode("t", [_record(done, None)], T).task  # type: ignore[union-attr]
+    assert task.status is Status.SUCCEEDED and task.payload == b"" and not task.headers
+    gone = [("queued", 1, None), ("canceled", 2, None)]
+    assert decode("t", [_record(gone, None)], T) is None
+
+
+def test_the_plugin_installs_pgqueuer_and_deploys_the_heartbeat_timeout(dsn, tmp_path):
+    backend = PgqueuerBackend()
+    request = ProvisionRequest(
+        workdir=tmp_path, dsn=dsn, options={dsns.OPTION: "3.5"}, allow_docker=False
+    )
+    server = backend.provision(request)
+    try:
+        assert dsns.split(server.dsn)[1] == timedelta(seconds=3.5)
+        assert "pgqueuer 1.6.0" in (server.version or "")
+        namespace = server.create_namespace()
+        try:
+            with psycopg.connect(dsns.split(dsn)[0]) as conn:
+                tables = {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = %s", (namespace,)
+                    )
+                }
+            assert {"pgqueuer", "pgqueuer_log", "rdq_pgqueuer_task"} <= tables
+            storage = backend.open(server.dsn, namespace)
+            try:
+                caps = storage.capabilities()
+                assert caps.lease_model == "reclaimer_threshold"
+                assert caps.fixed_lease == timedelta(seconds=3.5)
+                assert storage.enqueue(NewTask("a", "q", "h", b"\x00x", {"k": "v"}))
+                (claim,) = storage.claim_due("q", 5, timedelta(minutes=10))
+                assert claim.lease_expires_at == claim.claimed_at + timedelta(seconds=3.5)
+                assert int(claim.token[:16], 16) > 0  # the pgqueuer job id
+                storage.complete("a", claim.token)
+                assert storage.get("a").status is Status.SUCCEEDED
+            finally:
+                storage.close()
+        finally:
+            server.drop_namespace(namespace)
+    finally:
+        server.close()
+    default = PgqueuerStorage(dsn, "rdq_unused")
+    assert default.heartbeat_timeout == dsns.DEFAULT_HEARTBEAT_TIMEOUT
+    default.close()
+
+
+# ---- the ledger, through the kit ----------------------------------------------------------------
+
+#: Ledgered gaps (xfail) and tests of the same rules the gap does not touch (pass).
+GAP_TESTS = (
+    "test_claims_come_out_oldest_due_first or test_complete_makes_the_task_succeeded "
+    "or test_a_claim_holds_the_lease_it_asked_for or test_at_most_one_outcome_per_token "
+    "or test_same_id_in_another_queue_raises_id_conflict"
+)
+
+
+def test_the_gaps_are_expected_failures_and_the_rest_passes(dsn, tmp_path):
+    junit = tmp_path / "junit.xml"
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite",
+            "--rdq-backend=pgqueuer", f"--rdq-dsn={dsn}", "-k", GAP_TESTS,
+            "-p", "no:cacheprovider", "-q", f"--junitxml={junit}",
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    verdicts = {}
+    for case in ET.parse(junit).iter("testcase"):
+        skipped = case.find("skipped")
+        xfail = skipped is not None and skipped.get("type") == "pytest.xfail"
+        verdict = "xfail" if xfail else ("skip" if skipped is not None else "pass")
+        verdicts[case.get("name")] = verdict
+    expected_xfail = {
+        "test_claims_come_out_oldest_due_first",
+        "test_complete_makes_the_task_succeeded",
+        "test_a_claim_holds_the_lease_it_asked_for",
+        "test_at_most_one_outcome_per_token",
+        "test_same_id_in_another_queue_raises_id_conflict[SUCCEEDED]",
+        "test_same_id_in_another_queue_raises_id_conflict[DEAD]",
+    }
+    assert {n for n, v in verdicts.items() if v == "xfail"} == expected_xfail, verdicts
+    assert verdicts["test_same_id_in_another_queue_raises_id_conflict[PENDING]"] == "pass"
+
+
+# ---- the findings: the kit fails under their rules, the reproducers exit 1 ---------------------
+
+#: finding -> (its scenario and reproducer, the rule the kit reports it under)
+CAMPAIGNS = {
+    "01-stale-retry-steals-live-claim": "lease-respected",
+    "02-stale-retry-resurrects-held-job": "terminal-final",
+}
+
+
+@pytest.fixture(scope="module")
+def campaigns(dsn, tmp_path_factory) -> Iterator[dict[str, list[CampaignResult]]]:
+    """Both findings' campaigns, at once, on one session: each finding's results (a second
+    seed only when the first did not show the finding)."""
+    session = Session(Settings(backend="pgqueuer", dsn=dsn))
+    session.start()
+    results: dict[str, list[CampaignResult]] = {name: [] for name in CAMPAIGNS}
+    errors: list[BaseException] = []
+
+    def run(name: str) -> None:
+        try:
+            scenario = load_scenario(FINDINGS / f"{name}.toml")
+            for attempt in range(TRIES):
+                seeded = scenario.with_seed(scenario.seed + attempt)
+                outdir = tmp_path_factory.mktemp(f"{name[:2]}-seed{seeded.seed}")
+                result = run_campaign(seeded, session=session, outdir=outdir)
+                results[name].append(result)
+                if FOUND[name]([result]):
+                    return
+        except BaseException as exc:  # reported by the tests
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in CAMPAIGNS]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        if errors:
+            raise errors[0]
+        yield results
+    finally:
+        session.close()
+
+
+def _reproduce(name: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.setdefault("PGDSN", dsns.split(DSN)[0])
+    return subprocess.run(
+        [sys.executable, str(FINDINGS / f"{name}.py")],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+
+
+def _attempts(result: CampaignResult) -> dict[str, list[dict]]:
+    """Each task's attempts in the campaign's final state (times in µs)."""
+    out = {}
+    for line in (result.outdir / "final-state.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "id" in record and "attempts" in record:
+            out[record["id"]] = record["attempts"]
+    return out
+
+
+_TAKEN = re.compile(
+    r"as attempt (\d+) LEASE_EXPIRED \[[^]]*\]: reclaimed at \S+, ([\d.]+) ms before its "
+    r"lease ended"
+)
+_RESURRECTED = re.compile(r"dead-lettered it \(attempt (\d+) ")
+
+
+def _stale_retry_took_a_live_claim(results: list[CampaignResult]) -> list[str]:
+    """Finding 01 in a campaign: a ``lease-respected`` violation whose claim (B) was ended
+    early by a RETRYABLE_FAILURE of an older claim (A's late reschedule, same instant,
+    started before B's), after which another claim started while B's lease still ran."""
+    found = []
+    for result in results:
+        attempts = _attempts(result)
+        for v in result.violations:
+            m = _TAKEN.search(v.message) if v.rule == "lease-respected" else None
+            if m is None or v.task not in attempts:
+                continue
+            task = attempts[v.task]
+            b = next(a for a in task if a["no"] == int(m.group(1)))
+            lease_end = b["finished_at"] + float(m.group(2)) * 1000
+            stale_retry = any(
+                a["outcome"] == "RETRYABLE_FAILURE"
+                and a["finished_at"] == b["finished_at"]
+                and a["started_at"] < b["started_at"]
+                for a in task
+            )
+            next_claim = any(b["finished_at"] < a["started_at"] < lease_end for a in task)
+            if stale_retry and next_claim:
+                found.append(f"seed {result.seed}: {v.message}")
+    return found
+
+
+def _stale_retry_resurrected_a_dead_task(results: list[CampaignResult]) -> list[str]:
+    """Finding 02 in a campaign: a ``terminal-final`` violation whose task, after the
+    dead-letter (D), got a RETRYABLE_FAILURE of a claim older than D's (a late reschedule)
+    and was then claimed again."""
+    found = []
+    for result in results:
+        attempts = _attempts(result)
+        for v in result.violations:
+            m = _RESURRECTED.search(v.message) if v.rule == "terminal-final" else None
+            if m is None or v.task not in attempts:
+                continue
+            task = attempts[v.task]
+            d = next(a for a in task if a["no"] == int(m.group(1)))
+            revivals = [
+                a
+                for a in task
+                if a["outcome"] == "RETRYABLE_FAILURE"
+                and a["started_at"] < d["started_at"]
+                and a["finished_at"] > d["finished_at"]
+            ]
+            if any(a["started_at"] > r["finished_at"] for r in revivals for a in task):
+                found.append(f"seed {result.seed}: {v.message}")
+    return found
+
+
+#: finding -> what shows it in a campaign's results
+FOUND = {
+    "01-stale-retry-steals-live-claim": _stale_retry_took_a_live_claim,
+    "02-stale-retry-resurrects-held-job": _stale_retry_resurrected_a_dead_task,
+}
+
+
+def test_finding_01_a_stale_retry_takes_a_live_claim(campaigns):
+    """The kit: a claim still heartbeating is ended early (``lease-respected``) by the late
+    reschedule of the worker whose claim had been reclaimed, and another claim takes the
+    task inside the live lease; the reproducer shows it with pgqueuer alone. (A stale
+    *complete* that ends a live claim is ``lease-respected`` too, but is G1's documented
+    stale-outcome-wins: the signature looked for is the retry and the next claim.)"""
+    name = "01-stale-retry-steals-live-claim"
+    results = campaigns[name]
+    seen = _stale_retry_took_a_live_claim(results)
+    assert seen, [(r.seed, sorted({v.rule for v in r.violations})) for r in results]
+    assert all(r.drained for r in results)
+    run = _reproduce(name)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "PRESENT: C holds the job B is still running and heartbeating" in run.stdout
+
+
+def test_finding_02_a_stale_retry_resurrects_a_held_job(campaigns):
+    """The kit: a DEAD task is claimed again without a redrive (``terminal-final``) — put
+    back to queued by the late reschedule of the worker whose claim had been reclaimed;
+    the reproducer shows it with pgqueuer alone."""
+    name = "02-stale-retry-resurrects-held-job"
+    results = campaigns[name]
+    seen = _stale_retry_resurrected_a_dead_task(results)
+    assert seen, [(r.seed, sorted({v.rule for v in r.violations})) for r in results]
+    assert all(r.drained for r in results)
+    run = _reproduce(name)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "PRESENT: a held ('failed') job ran again without requeue_jobs()" in run.stdout
