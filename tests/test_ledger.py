@@ -265,3 +265,18 @@ def test_a_covered_test_whose_set_up_fails_is_an_error(pytester: pytest.Pytester
     )
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*in the ledger (test_mine: known gap (*), but its setup failed*"])
+
+
+def test_the_chaos_tests_message_names_every_rule_the_run_broke():
+    """A campaign's failure names every violated rule, not only those of the violations it
+    prints in full: a ledger entry for one rule must not cover a run that broke another
+    (the eleventh violation's rule included)."""
+    from types import SimpleNamespace
+
+    from rdq_compliance import rules
+    from rdq_compliance.suite.test_chaos import _by_rule
+
+    many = [SimpleNamespace(rule="fencing")] * 10 + [SimpleNamespace(rule="lease-respected")]
+    said = _by_rule(many)
+    assert said == "[fencing] x 10, [lease-respected] x 1"
+    assert set(rules.named_in(said)) == {"fencing", "lease-respected"}

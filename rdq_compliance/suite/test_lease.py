@@ -64,6 +64,9 @@ def test_extend_lease_sets_expiry_to_storage_now_plus_lease(rdq_storage, rdq_cap
     tid = enqueue(s, Q)
     claim = claim_one(s, Q, SHORT_LEASE)
     held = rdq_capabilities.lease_for(EXTENSION)
+    # a storage clock read to the millisecond, and a lease model that gives the heartbeat
+    # the claim's own lease: the heartbeat must come a little after the claim to be later
+    wait_until(s, claim.claimed_at + timedelta(milliseconds=5))
     before = s.now()
     new_expiry = s.extend_lease(tid, claim.token, EXTENSION)
     after = s.now()
