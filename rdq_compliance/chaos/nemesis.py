@@ -140,15 +140,23 @@ class ClaimTracker:
     def __init__(self) -> None:
         self._offsets: dict[str, int] = {}
         self.latest: dict[str, str] = {}
+        self._stamp: dict[str, Any] = {}  # task -> claimed_at of its newest claim read
 
     def update(self, history_dir: Path) -> None:
+        """Read what the journals added; per task, the claim stamped latest by the storage
+        (``claimed_at``) wins, whichever journal was read last."""
         for journal in sorted(history_dir.glob("w*.jsonl")):
             for event in _new_events(journal, journal.stem, self._offsets, b'"op":"claim"'):
                 if event.get("type") != OK:
                     continue
                 for claim in event.get("claims") or ():
                     if isinstance(claim, dict) and "task" in claim:
-                        self.latest[str(claim["task"])] = str(claim.get("token"))
+                        task, at = str(claim["task"]), claim.get("claimed_at")
+                        seen = self._stamp.get(task)
+                        if seen is not None and at is not None and at < seen:
+                            continue
+                        self._stamp[task] = at
+                        self.latest[task] = str(claim.get("token"))
 
 
 def _new_events(

@@ -112,8 +112,11 @@ def claim_one(
 
 
 def wait_until(storage: Storage, when: datetime, timeout: float = 30.0) -> None:
-    """Sleep until the storage's clock is strictly past ``when``."""
-    deadline = time.monotonic() + timeout
+    """Sleep until the storage's clock is strictly past ``when``; the clock counts as stuck
+    once it has not got there ``timeout`` seconds after it should have (a lease of a
+    minute, RQ's shortest, is waited out whole)."""
+    ahead = (when - storage.now()).total_seconds()
+    deadline = time.monotonic() + max(0.0, ahead) + timeout
     while True:
         now = storage.now()
         if now > when:

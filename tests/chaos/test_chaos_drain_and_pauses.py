@@ -92,6 +92,23 @@ def test_a_reclaim_is_seen_in_another_workers_journal(tmp_path: Path) -> None:
     assert runs.held(w0, "w0") == {}
 
 
+def test_the_newest_claim_wins_whichever_journal_is_read_last(tmp_path: Path) -> None:
+    """w0's journal sorts first but holds the reclaim; w1's, read last, the older claim."""
+    w0, w1 = tmp_path / "w0.jsonl", tmp_path / "w1.jsonl"
+    old = {"task": "t1", "token": "old", "claimed_at": 1_000}
+    new = {"task": "t1", "token": "new", "claimed_at": 2_000}
+    _write(w1, {"op": "claim", "type": "ok", "claims": [old]})
+    _write(w0, {"op": "claim", "type": "ok", "claims": [new]})
+    claims = ClaimTracker()
+    claims.update(tmp_path)
+    assert claims.latest == {"t1": "new"}
+    _write(
+        w1, {"op": "claim", "type": "ok", "claims": [{**old, "token": "older", "claimed_at": 500}]}
+    )
+    claims.update(tmp_path)
+    assert claims.latest == {"t1": "new"}
+
+
 def test_a_handlers_own_spread_bounds_its_due_times() -> None:
     s = scenario_from_dict(
         {
