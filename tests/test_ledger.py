@@ -280,3 +280,20 @@ def test_the_chaos_tests_message_names_every_rule_the_run_broke():
     said = _by_rule(many)
     assert said == "[fencing] x 10, [lease-respected] x 1"
     assert set(rules.named_in(said)) == {"fencing", "lease-respected"}
+
+
+def test_a_failure_under_the_entrys_rule_and_another_is_reported():
+    """A failure that names the entry's rule *and* one no rule entry names (a chaos
+    campaign that broke both) is a failure, naming the other rule; with both rules in the
+    ledger it is an expected one; a test-id entry covers the test whatever it names."""
+    from rdq_compliance.ledger import Entry
+    from rdq_compliance.pytest_report import not_covered
+
+    limit = Entry("claim-limit", "ignores the limit", "pyproject.toml", is_rule=True)
+    both = ("claim-limit", "claim-order")
+    assert not_covered(limit, "call", both, {"claim-limit"}) == "it failed under claim-order"
+    assert not_covered(limit, "call", both, {"claim-limit", "claim-order"}) is None
+    assert not_covered(limit, "call", ("claim-limit",), {"claim-limit"}) is None
+    assert not_covered(limit, "setup", ("claim-limit",), {"claim-limit"}) == "its setup failed"
+    by_id = Entry("test_x", "known", "pyproject.toml", is_rule=False)
+    assert not_covered(by_id, "call", both, set()) is None
