@@ -1,0 +1,301 @@
+"""The rq adapter (``adapters/rq/rdq_rq``, ``findings/rq/``): its name mapping and DSN
+settings, that dropping a namespace leaves none of rq's keys behind, that its ledger is
+one the kit accepts, and its findings -- each shown twice, by the kit (a chaos campaign
+run through the kit's pytest plugin on the adapter) and by its standalone reproducer.
+
+Needs a Redis server at ``RDQ_REDIS_DSN`` (default ``redis://127.0.0.1:6379/0``; the
+reproducers use databases 11, 12 and 13 of the same server, and delete what they wrote);
+without one the server tests skip -- except under ``CI=true``, where that is a failure.
+
+rq's shortest heartbeat TTL is 61 s, so everything that waits for a lease to run out
+takes a minute: :func:`test_findings` runs its five subprocesses (two chaos campaigns,
+three reproducers) side by side, about 75 s in all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+rq = pytest.importorskip("rq", reason="rq is not installed: pip install -e '.[rq]'")
+redis = pytest.importorskip("redis")
+
+from rdq_rq import dsn as dsns  # noqa: E402
+from rdq_rq.names import Names, escape, key_patterns, unescape  # noqa: E402
+from rdq_rq.plugin import RqBackend  # noqa: E402
+
+from rdq_compliance.provision.backend import ProvisionRequest  # noqa: E402
+from rdq_core.errors import InvalidArgument  # noqa: E402
+from rdq_core.model import ByIds, ErrorInfo, NewTask  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FINDINGS = ROOT / "findings" / "rq"
+DSN = os.environ.get("RDQ_REDIS_DSN", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _need_server() -> None:
+    try:
+        redis.Redis.from_url(DSN, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        reason = f"no Redis server at {DSN}: {exc}"
+        if IN_CI:
+            pytest.fail(f"{reason} (CI=true: a failure, not a skip)")
+        pytest.skip(reason)
+
+
+def _db_url(db: int) -> str:
+    """The server of :data:`DSN`, database ``db`` (a reproducer's own)."""
+    parts = urlsplit(DSN)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
+
+
+# ---- the mapping --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "task_id", ["t-1", "a_b", "with space", "x:y/z", "unicodé 🚀", "-", "_", "a" * 255]
+)
+def test_a_task_id_maps_to_an_rq_job_id_and_back(task_id):
+    """Any printable rdq task id becomes an id rq accepts (``[A-Za-z0-9_-]+``), and back."""
+    names = Names("ns_1-x")
+    job_id = names.job_id(task_id)
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", job_id), job_id
+    assert names.task_id(job_id) == task_id
+    assert unescape(escape(task_id)) == task_id
+
+
+def test_no_namespace_names_are_a_prefix_of_anothers():
+    """The escaped namespace keeps no ``.`` or ``-``, so the namespace a key belongs to is
+    never in doubt (what dropping a namespace relies on)."""
+    a, b = Names("ns"), Names("ns-1")
+    assert not b.queue("q").startswith(a.queue(""))
+    assert not b.job_id("t").startswith(a.job_id(""))
+    assert a.task_id(b.job_id("t")) is None
+    assert key_patterns("ns-1") == ("rq:*:ns_2d1.*", "rq:*:ns_2d1-*")
+
+
+def test_the_dsn_carries_rqs_deployment_settings():
+    """``rq_lease`` (>= 61, rq's floor) and ``rq_maintenance_interval`` (>= 0) are read and
+    removed; the built-in redis backend's ``rdq_*`` parameters are removed too; a cluster
+    is refused."""
+    got = dsns.parse("redis://h:1/0?rq_lease=90&rq_maintenance_interval=600&rdq_wait=1&x=y")
+    assert (got.url, got.lease_s, got.maintenance_interval_s) == ("redis://h:1/0?x=y", 90, 600)
+    assert dsns.parse("redis://h:1/0").lease_s == 61
+    for bad in ("rq_lease=60", "rq_lease=soon", "rq_maintenance_interval=-1", "rdq_cluster=yes"):
+        with pytest.raises(InvalidArgument):
+            dsns.parse(f"redis://h:1/0?{bad}")
+    url, ours = dsns.split_params("redis://h:1/0?rq_lease=70&a=b")
+    assert (url, ours) == ("redis://h:1/0?a=b", {"rq_lease": "70"})
+
+
+# ---- against a server -----------------------------------------------------------------------
+
+
+def test_rdq_option_reaches_the_storage_and_the_lease(tmp_path):
+    """``--rdq-option rq_lease=70`` ends up in every storage's DSN: each claim's lease is
+    then 70 s, as ``Capabilities.fixed_lease`` says."""
+    _need_server()
+    backend = RqBackend()
+    server = backend.provision(
+        ProvisionRequest(workdir=tmp_path, dsn=DSN, options={"rq_lease": "70"})
+    )
+    try:
+        ns = server.create_namespace()
+        assert "rq_lease=70" in server.dsn
+        with backend.open(server.dsn, ns) as storage:
+            caps = storage.capabilities()
+            assert (caps.lease_model, caps.fixed_lease) == ("fixed", timedelta(seconds=70))
+            storage.enqueue(NewTask("t", "q", "h"))
+            claim = storage.claim_due("q", 1, timedelta(seconds=5))[0]
+            held = (claim.lease_expires_at - claim.claimed_at).total_seconds()
+            assert 69 < held <= 70, held  # rq's registry scores are whole seconds
+        server.drop_namespace(ns)
+    finally:
+        server.close()
+
+
+def test_dropping_a_namespace_leaves_no_rq_key(tmp_path):
+    """Everything rq wrote for a namespace (queues, jobs, results, executions, registries,
+    workers, locks; members of ``rq:queues`` and ``rq:workers``) is gone after the drop."""
+    _need_server()
+    backend = RqBackend()
+    server = backend.provision(ProvisionRequest(workdir=tmp_path, dsn=DSN))
+    client = redis.Redis.from_url(DSN)
+    try:
+        ns = server.create_namespace()
+        with backend.open(server.dsn, ns) as s:
+            for i in range(4):
+                s.enqueue(NewTask(f"t{i}", "q", "h", b"p"))
+            s.enqueue(NewTask("later", "q", "h", delay=timedelta(hours=1)))
+            a, b, c, d = s.claim_due("q", 4, timedelta(seconds=5))
+            s.complete(a.task_id, a.token)
+            s.reschedule(b.task_id, b.token, timedelta(seconds=30), ErrorInfo("E", "m"))
+            s.dead_letter(c.task_id, c.token, ErrorInfo("E", "m"))
+            s.extend_lease(d.task_id, d.token, timedelta(seconds=5))
+            s.redrive("q", ByIds([c.task_id]))
+        escaped = Names(ns).ns
+        assert any(escaped in k.decode() for k in client.scan_iter(match="rq:*", count=1000))
+        server.drop_namespace(ns)
+        left = [k.decode() for k in client.scan_iter(match=f"*{escaped}*", count=1000)]
+        members = [
+            m.decode()
+            for shared in ("rq:queues", "rq:workers")
+            for m in client.smembers(shared)
+            if escaped.encode() in m
+        ]
+        assert (left, members) == ([], [])
+    finally:
+        client.close()
+        server.close()
+
+
+def test_the_ledger_is_one_the_kit_accepts(tmp_path):
+    """Every entry of the adapter's expected-failure ledger names a rule or a test of the
+    suite (the kit checks it when it collects: a usage error otherwise)."""
+    _need_server()
+    got = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite",
+         "--rdq-backend=rq", f"--rdq-dsn={DSN}", "-p", "no:cacheprovider", "-q",
+         "--collect-only"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+
+
+# ---- the findings -----------------------------------------------------------------------------
+
+#: A zombie: one of three workers is SIGSTOPped 2.5 s in, while it runs a task of 4-5 s,
+#: for just past rq's 61 s heartbeat TTL (the harness holds the pause until another worker
+#: has claimed the task): rq's maintenance in another worker's claim reclaims it, that
+#: worker runs it from the start, and the zombie resumes, finishes the rest of its task (a
+#: chaos handler counts running time) and reports -- while the other still runs it, or just
+#: after. Seed 2 pauses w0, whose journal the harness reads first, so that it sees the
+#: reclaim as soon as it happens (findings/rq/README.md, "Blocked by the kit").
+ZOMBIE = """
+name = "{name}"
+seed = 2
+duration = "66s"
+
+[workers]
+count = 3
+concurrency = 1
+batch = 1
+lease = "61s"
+heartbeat_fraction = 0.3
+max_attempts = 4
+poll_interval = "100ms"
+max_poll_interval = "400ms"
+retry_base = "100ms"
+retry_cap = "1s"
+
+[workload]
+tasks = 4
+queue = "zombie"
+spread = "0.5s"
+
+[workload.handlers]
+{handler}
+
+[faults]
+warmup = 2.5
+
+[faults.pause]
+count = 1
+factor = [1.002, 1.004]
+
+[limits]
+deadline = "150s"
+drain_timeout = "60s"
+"""
+#: F1: the zombie's task succeeds (its late complete is the stale outcome).
+ZOMBIE_COMPLETE = 'slow = { kind = "ok", weight = 1, duration = ["4s", "5s"] }'
+#: F2: the zombie's task fails once (its late reschedule re-enqueues the running task; the
+#: copy, due 1 s later, is taken while a claim is live only when the zombie reports after
+#: the reclaiming worker's own attempt ended and it claimed the task again: not every run).
+ZOMBIE_RESCHEDULE = (
+    'slow = { kind = "flaky", weight = 1, duration = ["4s", "5s"], failures = [1, 1] }'
+)
+
+
+def _kit_chaos(tmp_path: Path, name: str, handler: str) -> tuple[str, str]:
+    """Run the kit's chaos suite on the adapter with a zombie scenario: the failure text
+    of its one test (the violations it found; ``""`` if it passed) and the run's output."""
+    scenario = tmp_path / f"{name}.toml"
+    scenario.write_text(ZOMBIE.format(name=name, handler=handler))
+    junit = tmp_path / f"{name}.xml"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite",
+         "--rdq-backend=rq", f"--rdq-dsn={DSN}", "-m", "chaos",
+         f"--rdq-chaos-scenario={scenario}", "-p", "no:cacheprovider", "-q",
+         f"--junitxml={junit}", f"--basetemp={tmp_path / name}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert junit.is_file(), run.stdout[-3000:] + run.stderr[-3000:]
+    failures = [
+        (case.find("failure").get("message") or "") + (case.find("failure").text or "")
+        for case in ET.parse(junit).iter("testcase")
+        if case.find("failure") is not None
+    ]
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
+    return "\n".join(failures), run.stdout[-6000:] + run.stderr[-2000:]
+
+
+def _reproducer(script: str, db: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(FINDINGS / script)],
+        env=dict(os.environ, RQ_REPRO_REDIS_URL=_db_url(db)),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_findings(tmp_path):
+    """F1, F2 and F3 of ``findings/rq/README.md``, all at once (each waits out rq's 61 s
+    heartbeat TTL):
+
+    - F1 (rule ``fencing``): a zombie's late success is accepted after rq reclaimed its
+      task -- the kit's chaos campaign sees "a stale outcome accepted"; the reproducer,
+      real rq workers, sees the job FINISHED while the reclaiming worker still runs it;
+    - F2 (rule ``fencing``; ``one-claim`` when the timing lets it show): a zombie's late
+      failure is accepted, and rq re-enqueues the task another worker is running -- the
+      kit sees the stale RETRYABLE_FAILURE accepted (and, in some runs, the second live
+      claim it leads to); the reproducer sees two live executions in rq's
+      StartedJobRegistry;
+    - F3 (no kit rule: the adapter dequeues with one queue per worker, which rq keeps in
+      its intermediate list): a worker on two queues SIGKILLed between dequeue and STARTED
+      loses the job -- the reproducer finds it in no list or registry after rq's
+      maintenance ran past every TTL."""
+    _need_server()
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        kit_f1 = pool.submit(_kit_chaos, tmp_path, "rq-zombie-complete", ZOMBIE_COMPLETE)
+        kit_f2 = pool.submit(_kit_chaos, tmp_path, "rq-zombie-reschedule", ZOMBIE_RESCHEDULE)
+        repro_f1 = pool.submit(_reproducer, "01-stale-success.py", 11)
+        repro_f2 = pool.submit(_reproducer, "02-stale-failure-double-run.py", 12)
+        repro_f3 = pool.submit(_reproducer, "03-sigkill-multiqueue-lost.py", 13)
+
+        f1, said = kit_f1.result()
+        assert "[fencing]" in f1 and "a stale outcome accepted" in f1, said
+        f2, said = kit_f2.result()
+        stale_retry = re.search(r"RETRYABLE_FAILURE \[[^]]*\]\) was accepted at [^,]*, after", f2)
+        assert "[fencing]" in f2 and stale_retry, said
+
+        out = repro_f1.result()
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "status finished" in out.stdout and "B's execution still live: True" in out.stdout
+        assert "BUG PRESENT" in out.stdout, out.stdout
+        out = repro_f2.result()
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "BUG PRESENT: one job is running on two workers at once" in out.stdout, out.stdout
+        out = repro_f3.result()
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "2 queue(s), killed after prepared: status queued, in NOTHING" in out.stdout
+        assert "2 queue(s), killed after dequeued: status queued, in NOTHING" in out.stdout
