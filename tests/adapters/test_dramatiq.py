@@ -396,6 +396,10 @@ def _env() -> dict[str, str]:
     )
     env["DRAMATIQ_REDIS_URL"] = _with_db(DSN, 11)
     env.pop(_AUDIT_ENV, None)
+    # the kit's own tests run under xdist (`pytest -n 3`): the subprocess's controller
+    # must not take itself for one of this run's workers
+    for name in [k for k in env if k.startswith("PYTEST_XDIST_")]:
+        env.pop(name)
     return env
 
 
