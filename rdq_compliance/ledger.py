@@ -17,8 +17,8 @@ not touch may pass, but once none of them fails the entry is stale and the run f
 rule no rule entry names — instead of the entry's or beside it — is a failure too (a new
 regression must not hide behind an old gap:
 :func:`rdq_compliance.pytest_report.not_covered`). An entry that is neither a known rule
-id nor any test's id is a usage error listing the close matches. Pure: no pytest here; the plugin applies what
-:meth:`Ledger.entry_for` says.
+id nor any test's id is a usage error listing the close matches. Pure: no pytest here;
+the plugin applies what :meth:`Ledger.entry_for` says.
 """
 
 from __future__ import annotations
