@@ -143,6 +143,11 @@ from rdq_dramatiq.settings import Settings, parse_dsn
 __all__ = ["DRAMATIQ_VERSION", "DramatiqStorage", "Unsupported"]
 
 log = logging.getLogger(__name__)
+#: Every promotion of a delayed message, before and after its two calls, at INFO whatever
+#: the process logs (a chaos worker logs warnings only): what tells a duplicate of the
+#: crash window (a promoter killed between them) from finding F3 (an ack refused).
+promotions = logging.getLogger(f"{__name__}.promotions")
+promotions.setLevel(logging.INFO)
 
 DRAMATIQ_VERSION = "2.2.1"
 _DOCS = f"https://github.com/Bogdanp/dramatiq/blob/v{DRAMATIQ_VERSION}"
@@ -415,10 +420,25 @@ class DramatiqStorage(Storage):
                 message = item.proxy
                 fresh = message.copy(queue_name=queue)
                 del fresh.options["eta"]
+                # Logged before the two calls and after them: a worker killed between the
+                # enqueue and the ack leaves the first line without the second (the
+                # original is then requeued by maintenance and promoted again: dramatiq's
+                # at-least-once crash window, which the control's test tells apart).
+                promotions.info(
+                    "rdq-dramatiq: promoting delayed message %s (message_id %r)",
+                    message.options.get("redis_message_id"),
+                    message.message_id,
+                )
                 self.broker.enqueue(fresh)
                 self.broker.emit_before("ack", message)
                 took = self._observed_ack(dq, message, "ack", strict=False)
                 self.broker.emit_after("ack", message)
+                promotions.info(
+                    "rdq-dramatiq: promoted delayed message %s (message_id %r), ack %s",
+                    message.options.get("redis_message_id"),
+                    message.message_id,
+                    "taken" if took else "refused",
+                )
                 if not took:
                     # Finding F3 (dramatiq #431): the copy is enqueued although this worker
                     # no longer held the delayed message (another worker's maintenance gave
