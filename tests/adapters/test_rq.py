@@ -179,8 +179,8 @@ def test_the_ledger_is_one_the_kit_accepts(tmp_path):
 #: has claimed the task): rq's maintenance in another worker's claim reclaims it, that
 #: worker runs it from the start, and the zombie resumes, finishes the rest of its task (a
 #: chaos handler counts running time) and reports -- while the other still runs it, or just
-#: after. Seed 2 pauses w0, whose journal the harness reads first, so that it sees the
-#: reclaim as soon as it happens (findings/rq/README.md, "Blocked by the kit").
+#: after. Seed 2 pauses w0 (before the kit's 4891daa the harness saw a reclaim made by a
+#: worker whose journal sorts before the paused one's only after twice the pause).
 ZOMBIE = """
 name = "{name}"
 seed = 2
@@ -250,6 +250,25 @@ def _kit_chaos(tmp_path: Path, name: str, handler: str) -> tuple[str, str]:
     return "\n".join(failures), run.stdout[-6000:] + run.stderr[-2000:]
 
 
+def _kit_conformance(tmp_path: Path, test: str) -> tuple[str, str]:
+    """Run one test of the kit's conformance suite on the adapter (``test``: its name with
+    parameters): its failure text (``""`` if it passed) and the run's output."""
+    junit = tmp_path / f"conformance-{len(test)}-{abs(hash(test))}.xml"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite",
+         "--rdq-backend=rq", f"--rdq-dsn={DSN}", "-k", test, "-p", "no:cacheprovider", "-q",
+         f"--junitxml={junit}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert junit.is_file() and run.returncode in (0, 1), run.stdout[-3000:] + run.stderr
+    failures = [
+        (case.find("failure").get("message") or "") + (case.find("failure").text or "")
+        for case in ET.parse(junit).iter("testcase")
+        if case.find("failure") is not None
+    ]
+    return "\n".join(failures), run.stdout[-4000:]
+
+
 def _reproducer(script: str, db: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(FINDINGS / script)],
@@ -260,24 +279,28 @@ def _reproducer(script: str, db: int) -> subprocess.CompletedProcess[str]:
 
 def test_findings(tmp_path):
     """F1, F2 and F3 of ``findings/rq/README.md``, all at once (each waits out rq's 61 s
-    heartbeat TTL):
+    heartbeat TTL; seven subprocesses, mostly asleep):
 
     - F1 (rule ``fencing``): a zombie's late success is accepted after rq reclaimed its
-      task -- the kit's chaos campaign sees "a stale outcome accepted"; the reproducer,
-      real rq workers, sees the job FINISHED while the reclaiming worker still runs it;
+      task -- the kit's chaos campaign sees "a stale outcome accepted", its conformance
+      test of a reclaimed token "complete was accepted"; the reproducer, real rq workers,
+      sees the job FINISHED while the reclaiming worker still runs it;
     - F2 (rule ``fencing``; ``one-claim`` when the timing lets it show): a zombie's late
       failure is accepted, and rq re-enqueues the task another worker is running -- the
       kit sees the stale RETRYABLE_FAILURE accepted (and, in some runs, the second live
-      claim it leads to); the reproducer sees two live executions in rq's
-      StartedJobRegistry;
+      claim it leads to), its conformance test "reschedule was accepted"; the reproducer
+      sees two live executions in rq's StartedJobRegistry;
     - F3 (no kit rule: the adapter dequeues with one queue per worker, which rq keeps in
       its intermediate list): a worker on two queues SIGKILLed between dequeue and STARTED
       loses the job -- the reproducer finds it in no list or registry after rq's
       maintenance ran past every TTL."""
     _need_server()
-    with ThreadPoolExecutor(max_workers=5) as pool:
+    stale = "test_stale_token_is_refused_and_changes_nothing[{}-reclaimed]"
+    with ThreadPoolExecutor(max_workers=7) as pool:
         kit_f1 = pool.submit(_kit_chaos, tmp_path, "rq-zombie-complete", ZOMBIE_COMPLETE)
         kit_f2 = pool.submit(_kit_chaos, tmp_path, "rq-zombie-reschedule", ZOMBIE_RESCHEDULE)
+        conf_f1 = pool.submit(_kit_conformance, tmp_path, stale.format("complete"))
+        conf_f2 = pool.submit(_kit_conformance, tmp_path, stale.format("reschedule"))
         repro_f1 = pool.submit(_reproducer, "01-stale-success.py", 11)
         repro_f2 = pool.submit(_reproducer, "02-stale-failure-double-run.py", 12)
         repro_f3 = pool.submit(_reproducer, "03-sigkill-multiqueue-lost.py", 13)
@@ -287,6 +310,9 @@ def test_findings(tmp_path):
         f2, said = kit_f2.result()
         stale_retry = re.search(r"RETRYABLE_FAILURE \[[^]]*\]\) was accepted at [^,]*, after", f2)
         assert "[fencing]" in f2 and stale_retry, said
+        for got, call in ((conf_f1, "complete"), (conf_f2, "reschedule")):
+            text, said = got.result()
+            assert "[fencing]" in text and f"reclaimed): {call} was accepted" in text, said
 
         out = repro_f1.result()
         assert out.returncode == 1, out.stdout + out.stderr

@@ -4,9 +4,10 @@ to the kit as ``Backend.expected_failures``).
 
 Never an entry here: a finding (``findings/rq/README.md``). So no rule entry covers
 ``fencing`` or ``one-claim``: the tests where rq's acceptance of a stalled worker's late
-report shows (F1, F2) stay failures; the entries below name, test by test, only reports no
-rq worker ever makes (a token never issued, another job's, a second report of an
-execution that already ended).
+report shows (F1, F2: ``test_stale_token_is_refused_and_changes_nothing[complete|
+reschedule|dead_letter-reclaimed]``, the chaos campaign) stay failures; the entries below
+name, test by test, only reports no rq worker ever makes (a token never issued, another
+job's, a second report of an execution that already ended).
 """
 
 from __future__ import annotations
@@ -56,8 +57,7 @@ _NO_REFUSAL = (
 _STALE_HEARTBEAT = (
     "rq's heartbeat after its execution was reclaimed is a ZADD XX that finds no entry "
     f"and is dropped, never refused ({RQ}rq/executions.py#L131-L140): harmless, but "
-    "accepted. (Today the kit's expire() gives up after 30 s, before rq's 61 s lease ends, "
-    "so the test stops there first: findings/rq/README.md, 'Blocked by the kit'.)"
+    "accepted"
 )
 _RECLAIM_UNMARKED = (
     "rq's reclaim (StartedJobRegistry.cleanup, run by a worker's maintenance) re-enqueues "
@@ -71,20 +71,6 @@ _REDRIVE_BUDGET = (
     "abandoned execution (AbandonedJobError, into the FailedJobRegistry: "
     f"{RQ}docs/docs/results.md, 'Dealing with Interruptions') instead of re-enqueueing it"
 )
-_FLOOR = (
-    "rq's shortest heartbeat TTL is 61 s (job_monitoring_interval >= 1, + 60: "
-    f"{RQ}rq/worker/base.py#L1112-L1126) and the kit's expire()/wait_until give up after "
-    "30 s ([storage-clock] 'storage clock stuck'); "
-)
-_PASSES_PAST_THE_WAIT = (
-    _FLOOR + "with a longer wait the test passes (findings/rq/README.md, 'Blocked by the kit')"
-)
-
-
-def _past_the_wait(gap: str) -> str:
-    return _FLOOR + "past the wait it fails by design: " + gap
-
-
 _STATEFUL = (
     "the machine stops at its first divergence, at step 1: a queued job's due time is its "
     "enqueued_at, stamped by its own now() after created_at "
@@ -111,22 +97,11 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_at_most_one_outcome_per_token": _NO_REFUSAL,
     "test_backend_behaves_like_the_reference_model": _STATEFUL,
     "test_stale_token_is_refused_and_changes_nothing[extend_lease-reclaimed]": _STALE_HEARTBEAT,
-    # stopped by the kit's 30 s wait today (findings/rq/README.md, 'Blocked by the kit');
-    # the three [complete|reschedule|dead_letter-reclaimed] tests stopped there too are NOT
-    # here: past the wait they show F1 and F2
-    "test_succeeded_and_dead_tasks_are_never_claimed_again": _PASSES_PAST_THE_WAIT,
-    "test_every_claim_mints_a_fresh_token": _PASSES_PAST_THE_WAIT,
-    "test_extended_lease_is_not_reclaimed_at_the_original_expiry": _PASSES_PAST_THE_WAIT,
-    "test_expired_worker_can_still_report_until_reclaimed[complete]": _PASSES_PAST_THE_WAIT,
-    "test_expired_worker_can_still_report_until_reclaimed[reschedule]": _PASSES_PAST_THE_WAIT,
-    "test_expired_worker_can_still_report_until_reclaimed[dead_letter]": _PASSES_PAST_THE_WAIT,
-    "test_expired_lease_is_reclaimed_with_a_lease_expired_attempt": _past_the_wait(
-        _RECLAIM_UNMARKED
-    ),
-    "test_lease_expiries_are_numbered_in_sequence": _past_the_wait(_RECLAIM_UNMARKED),
-    "test_reschedule_and_expiry_share_one_numbering": _past_the_wait(_RECLAIM_UNMARKED),
-    "test_numbering_continues_across_two_redrives": _past_the_wait(_REDRIVE_BUDGET),
-    "test_dlq_lists_every_dead_task_with_its_whole_history": _past_the_wait(
+    "test_expired_lease_is_reclaimed_with_a_lease_expired_attempt": _RECLAIM_UNMARKED,
+    "test_lease_expiries_are_numbered_in_sequence": _RECLAIM_UNMARKED,
+    "test_reschedule_and_expiry_share_one_numbering": _RECLAIM_UNMARKED,
+    "test_numbering_continues_across_two_redrives": _REDRIVE_BUDGET,
+    "test_dlq_lists_every_dead_task_with_its_whole_history": (
         _RETRY_ERROR + "; and " + _RECLAIM_UNMARKED
     ),
     **{
