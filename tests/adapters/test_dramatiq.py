@@ -740,3 +740,19 @@ def test_the_whole_kit_fails_only_where_dramatiq_has_a_gap(tmp_path):
         + "\n".join(table)
         + f"\nchaos faults {faults}\nchaos violations by rule {dict(by_rule.most_common())}"
     )
+
+
+def test_a_promotion_begun_and_never_finished_is_the_crash_window(tmp_path):
+    """Only a promotion whose "promoting" line has no "promoted" line after it (its worker
+    killed between the copy's enqueue and the original's ack) counts as the crash window;
+    a finished one, refused or taken, does not."""
+    (tmp_path / "w1.log").write_text(
+        "x rdq-dramatiq: promoting delayed message r1 (message_id 't1')\n"
+        "x rdq-dramatiq: promoted delayed message r1 (message_id 't1'), ack taken\n"
+        "x rdq-dramatiq: promoting delayed message r2 (message_id 't2')\n"
+        "x rdq-dramatiq: promoted delayed message r2 (message_id 't2'), ack refused\n"
+    )
+    (tmp_path / "w2.log").write_text(
+        "x rdq-dramatiq: promoting delayed message r3 (message_id 't3')\n"
+    )
+    assert _promoted_then_killed(tmp_path) == {"t3"}
