@@ -93,16 +93,20 @@ def claim_one(
 
     ``expect``: the id of the task the test knows is due. If the claim comes back empty,
     the failure says what became of it, or else of every task this handle enqueued in
-    ``queue`` (a task that is gone: rule ``no-loss``; else ``claim-complete``)."""
+    ``queue`` (a task that is gone: rule ``no-loss``; else ``claim-complete``). When no
+    task of the queue is known, ``stats`` decides: a queue that still counts a task failed
+    to hand it out (``claim-complete``); an empty one lost it (``no-loss``)."""
     claims = storage.claim_due(queue, 1, lease)
     if not claims:
         ids = [expect] if expect is not None else _ENQUEUED.get(storage, {}).get(queue, [])
         gone, fates = _fates(storage, ids[-20:])
+        stats = storage.stats(queue)
+        lost = gone or (not ids and stats.total == 0)
         raise AssertionError(
             message(
-                "no-loss" if gone or not ids else "claim-complete",
+                "no-loss" if lost else "claim-complete",
                 f"a due task of {queue!r} could not be claimed: "
-                f"{fates or 'no task known'}; stats({queue!r}) {storage.stats(queue)}",
+                f"{fates or 'no task known'}; stats({queue!r}) {stats}",
             )
         )
     assert len(claims) == 1, message(

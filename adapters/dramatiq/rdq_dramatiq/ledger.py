@@ -132,8 +132,8 @@ EXPECTED_FAILURES: dict[str, str] = {
     f"{_FENCING}[dead_letter-reclaimed]": f"[own-reclaim] {GAPS['own-reclaim']}",
     f"{_FENCING}[extend_lease-reclaimed]": f"[own-reclaim] {GAPS['own-reclaim']}",
     "test_dlq_lists_every_dead_task_with_its_whole_history": (
-        f"[own-reclaim] {GAPS['own-reclaim']} (the kit's claim_one then names no-loss: it "
-        "knows no task of its own; stats show the task in flight)"
+        f"[own-reclaim] {GAPS['own-reclaim']} (the second claim_one finds the task still in "
+        "flight and names claim-complete)"
     ),
     # ---- a DLQ without errors, claims per process ----------------------------------------------
     "test_dlq_filter_selects_exactly_the_matching_dead_tasks[last-error-type]": (

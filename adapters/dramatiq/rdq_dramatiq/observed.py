@@ -17,8 +17,10 @@ is known the same way: it is the one put in the arguments.
 The MULTI goes over a connection **without redis-py's automatic retry**: a retried
 transaction whose first try took effect would observe its own effect and report an
 applied ack as refused; a lost reply is ``BackendUnavailable`` (outcome unknown), as the
-SPI says. (The broker's own client, used for everything else dramatiq writes, keeps
-redis-py's defaults, as a deployed worker's does.)
+SPI says. Fetches and heartbeats go through it too, so a lost fetch reply is not
+retried either (a deployed worker's client would retry it up to redis-py's default). The
+broker's own client, used for enqueues, the promotion's enqueue and the Results
+middleware, keeps redis-py's defaults, as a deployed worker's does.
 """
 
 from __future__ import annotations

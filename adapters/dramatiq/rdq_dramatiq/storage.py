@@ -45,8 +45,10 @@
                        what this worker already holds) and ``handle_delayed_messages``
                        (each due message enqueued again without its ``eta``, then the
                        delayed original acked: two calls), then the ``<q>`` consumer's
-                       fetch of ``limit`` messages (``_RedisConsumer.__next__`` ->
-                       ``do_fetch``), maintenance first in each script
+                       fetch of ``limit`` messages (what ``_RedisConsumer.__next__``
+                       sends through ``do_fetch``: dramatiq's ``fetch`` script with the
+                       arguments ``_dispatch`` builds, run by ``observed.Dispatcher``),
+                       maintenance first in each script
 ``extend_lease``       the worker's heartbeat is the side effect of any call of its broker
                        (dispatch.lua L56-58): a ``fetch`` of 0 messages on the claim's
                        queue, what a polling consumer sends; never refused
@@ -162,9 +164,13 @@ HELD_DELIVERIES = 100_000
 #: ``BackendUnavailable`` (dramatiq's worker retries until Redis answers, every 5 s; the
 #: kit must never hang on a server that is gone for good).
 POST_PROCESS_PATIENCE_S = 60.0
-#: The connection errors dramatiq's worker waits out (``BrokerConnectionError`` wraps
-#: redis-py's in the consumer, R L312-313).
-_CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, BrokerConnectionError)
+#: The connection errors dramatiq's worker waits out: ``BrokerConnectionError``, which
+#: the consumer makes of redis-py's ``ConnectionError`` alone (R L312-313, L321-322). A
+#: ``redis.TimeoutError`` is not one: the worker gives up on it (W L443-449), and so does
+#: the adapter (``BackendUnavailable``, outcome unknown).
+_CONNECTION_ERRORS = (redis.ConnectionError, BrokerConnectionError)
+#: What leaves a promotion's outcome unknown: the above, or a reply that never came.
+_LOST_REPLIES = (*_CONNECTION_ERRORS, redis.TimeoutError)
 
 _T = TypeVar("_T")
 
@@ -450,7 +456,7 @@ class DramatiqStorage(Storage):
                         message.message_id,
                         dq,
                     )
-        except _CONNECTION_ERRORS:
+        except _LOST_REPLIES:
             held.clear()
             raise
 

@@ -5,8 +5,9 @@ one namespace = one PostgreSQL schema holding procrastinate's own tables and fun
 is then about procrastinate, not about this file):
 
 1. Every **write** goes through procrastinate's own functions: its public
-   ``JobManager`` API (``defer_job_async``, ``fetch_job``, ``finish_job_by_id_async``,
-   ``retry_job(_by_id_async)``, ``get_stalled_jobs``, ``register_worker``,
+   ``JobManager`` API (``defer_job_async``, ``defer_periodic_job``, ``fetch_job``,
+   ``finish_job``, ``finish_job_by_id_async``, ``retry_job(_by_id_async)``,
+   ``get_stalled_jobs``, ``register_worker``,
    ``update_heartbeat``, ``prune_stalled_workers``, ``unregister_worker``,
    ``delete_old_jobs``), the calls its own ``Worker`` makes. **Reads** are plain SQL over
    its tables (``procrastinate_jobs``, ``procrastinate_events``,
