@@ -406,12 +406,17 @@ def test_redis_wait_refuses_to_acknowledge_a_write_the_replica_did_not_confirm(
     session = replicated_session("redis", {"redis_replica": "wait"}, tmp_path / "server")
     try:
         server = session.server
+        assert "rdq_wait_timeout=1000" in server.dsn, server.dsn
         dsn = server.dsn.replace("rdq_wait_timeout=1000", "rdq_wait_timeout=200")
         namespace = server.create_namespace()
         storage = RedisStorage(dsn, namespace)
         unconfirmed = RedisStorage(dsn.split("?")[0], namespace)  # the same, without WAIT
+        # a linked replica confirms a write: given 10 s, as a loaded machine may need
+        # (a fresh-clone CI run once saw no confirmation within 200 ms, link up)
+        patient_dsn = dsn.replace("rdq_wait_timeout=200", "rdq_wait_timeout=10000")
+        patient = RedisStorage(patient_dsn, namespace)
         try:
-            assert storage.enqueue(NewTask(id="a", queue="q", handler="h"))
+            assert patient.enqueue(NewTask(id="a", queue="q", handler="h"))
             server.replicated.link.hold()
             try:
                 with pytest.raises(BackendUnavailable, match=r"0 of 1 replica\(s\) confirmed"):
@@ -423,5 +428,6 @@ def test_redis_wait_refuses_to_acknowledge_a_write_the_replica_did_not_confirm(
         finally:
             storage.close()
             unconfirmed.close()
+            patient.close()
     finally:
         session.close()

@@ -34,7 +34,6 @@ import os
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance.rules import RULES
+from tests._junit import read_junit as _read_junit
 from tests._paths import pythonpath
 from tests.backends.redis._redis_support import with_query
 from tests.broken import catalogue
@@ -109,19 +109,6 @@ class SuiteRun:
     def describe(self) -> str:
         listed = "\n".join(f"  {k}" for k in sorted(self.failed)) or "  (none)"
         return f"exit code {self.ret}, {len(self.passed)} passed, failed:\n{listed}"
-
-
-def _read_junit(path: Path) -> tuple[list[str], dict[str, str]]:
-    passed: list[str] = []
-    failed: dict[str, str] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        key = f"{case.get('classname', '').rpartition('.')[2]}.py::{case.get('name')}"
-        problems = [el for el in case if el.tag in ("failure", "error")]
-        if problems:
-            failed[key] = "\n".join(f"{el.get('message', '')}\n{el.text or ''}" for el in problems)
-        elif not any(el.tag == "skipped" for el in case):
-            passed.append(key)
-    return passed, failed
 
 
 def run_suite(tmp_path: Path, variant: str, where: str, dsn: str, select: list[str]) -> SuiteRun:
