@@ -11,7 +11,9 @@ layer                        proof (reads :func:`cases`)
 ===========================  =====================================================
 :class:`Suite`               ``tests/test_kit_catches_bug_classes.py`` (memory),
                              ``tests/backends/redis/test_redis_variants.py``,
-                             ``tests/backends/mongo/test_mongo_variants.py``
+                             ``tests/backends/mongo/test_mongo_variants.py``,
+                             ``tests/test_late_outcome_variants.py`` (SQLite and
+                             PostgreSQL)
 :class:`Machine`             ``tests/test_stateful_finds_bugs.py``
 :class:`Campaign`            ``tests/chaos/test_chaos_finds_bugs.py`` (the standard
                              suite), the server-freeze, partition, clock-skew and
@@ -46,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KIT = "tests/test_kit_catches_bug_classes.py"
 REDIS_SUITE = "tests/backends/redis/test_redis_variants.py"
 MONGO_SUITE = "tests/backends/mongo/test_mongo_variants.py"
+LATE_SUITE = "tests/test_late_outcome_variants.py"
 MACHINE = "tests/test_stateful_finds_bugs.py"
 STANDARD = "tests/chaos/test_chaos_finds_bugs.py"
 FREEZE = "tests/chaos/test_chaos_server_freeze.py"
@@ -279,6 +282,16 @@ _REDRIVEN = (
     "test_redriven_task_is_pending_due_now_with_count_reset_and_history_kept"
 )
 _EXPIRED = "test_lease.py::test_expired_lease_is_reclaimed_with_a_lease_expired_attempt"
+_LATE = "test_late_outcome.py::test_a_late_outcome_and_a_reclaim_never_both_win"
+_LATE_MACHINE = (
+    "the machine makes one call at a time: a late outcome never lands between a reclaim's "
+    "read and its write"
+)
+_LATE_CAMPAIGN = (
+    "the standard campaign's pauses run far past the lease, so the paused worker always "
+    "reports after the reclaim has committed (measured: the whole conformance suite but "
+    "test_late_outcome.py passes it too)"
+)
 _RECLAIM_AFTER_REDRIVE = "test_history.py::test_reclaim_after_redrive_numbers_from_history"
 _CLUSTER_KEYS = {
     "test_enqueue.py::test_payload_bytes_round_trip": "cluster-keys",
@@ -385,6 +398,26 @@ CLASSES: tuple[BugClass, ...] = (
             memory=(
                 _kit({f"{_STALE}[complete-reclaimed]": "fencing", _EXPIRED: "reclaim-expired"}),
                 _m("fencing"),
+            ),
+        )
+        + _bug(
+            "5.3", "reclaim_overwrites_late_outcome",
+            "§2/§5.3 (extra) reclaim reads without a lock and saves unguarded: a late "
+            "outcome committed between is overwritten",
+            memory=_excused(
+                _kit({_LATE: "terminal-final"}),
+                machine=_LATE_MACHINE,
+                campaign=_LATE_CAMPAIGN,
+            ),
+            sqlite=_excused(
+                Suite(LATE_SUITE, {_LATE: "terminal-final"}),
+                machine=_LATE_MACHINE,
+                campaign=_LATE_CAMPAIGN,
+            ),
+            postgres=_excused(
+                Suite(LATE_SUITE, {_LATE: "terminal-final"}),
+                machine=_LATE_MACHINE,
+                campaign=_LATE_CAMPAIGN,
             ),
         )
         + _bug(

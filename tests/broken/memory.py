@@ -21,6 +21,7 @@ itself is faithful, so a failure of a variant is its one change.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -207,6 +208,45 @@ class CheckThenActClaim(_ClaimHooks):
                 if not _reference_claimable(self, row, queue, self._now()):
                     self._victim(row.task.id)
             return self._stamp_all(picked, now, lease)
+
+
+class ReclaimOverwritesLateOutcome(_ClaimHooks):
+    """SPEC §2/§5.3 (extra) — a reclaim that re-reads without a lock and writes unguarded:
+    a late outcome committed in between is overwritten.
+
+    Claims take a lock of their own (an advisory lock no outcome takes), so no two claims
+    ever meet and every race of claims passes; under it the due rows are read, and then
+    written ``UPDATE ... WHERE id = $1`` as read, with no re-check of status or token. A
+    late ``complete`` (or ``reschedule``, ``dead_letter``, heartbeat) of the expired
+    holder that commits between the read and the write is acknowledged, then the write
+    makes the task IN_FLIGHT again with a LEASE_EXPIRED attempt after the accepted one.
+
+    Incident: a PostgreSQL storage written from outside the project (claims by advisory
+    lock, then a re-read without ``FOR UPDATE``) passed the whole kit while a 400-task
+    script overwrote acknowledged results in 2 runs of 3 (issue 22).
+    """
+
+    WINDOW_SECONDS: ClassVar[float] = 0.003
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._claims = threading.Lock()  # pg_advisory_xact_lock(...): claims only
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        with self._claims:
+            with self._lock:  # SELECT ... (no FOR UPDATE)
+                now = self._now()
+                picked = self._select_due(queue, limit, now)
+                read = {r.task.id: (r.task, r.claimed_at, r.token) for r in picked}
+            time.sleep(self.WINDOW_SECONDS)  # the window between the read and the write
+            with self._lock:  # UPDATE ... WHERE id = $1: what was read is trusted
+                for row in picked:
+                    task, claimed_at, token = read[row.task.id]
+                    if row.token != token or row.task.status is not task.status:
+                        self._victim(row.task.id)
+                        row.task = replace(row.task, status=task.status)
+                        row.claimed_at = claimed_at
+                return self._stamp_all(picked, now, lease)
 
 
 # ---- §5.2 reclaim ignoring lease_expires_at -----------------------------------------------
@@ -962,6 +1002,9 @@ def _backend(cls: Callable[[], MemoryStore], name: str) -> MemoryBackend:
 control = MemoryBackend(ReferenceWithClaimHooks, "reference-with-claim-hooks")
 
 check_then_act_claim = _backend(CheckThenActClaim, "check-then-act-claim")
+reclaim_overwrites_late_outcome = _backend(
+    ReclaimOverwritesLateOutcome, "reclaim-overwrites-late-outcome"
+)
 reclaim_ignores_lease = _backend(ReclaimIgnoresLease, "reclaim-ignores-lease")
 outcome_ignores_token = _backend(OutcomeIgnoresToken, "outcome-ignores-token")
 token_not_rotated_on_reclaim = _backend(TokenNotRotatedOnReclaim, "token-not-rotated")

@@ -1,4 +1,4 @@
-"""Broken PostgreSQL backends, each caught only by one chaos fault.
+"""Broken PostgreSQL backends, each caught only by one chaos fault or one suite test.
 
 - ``client_clock`` (SPEC §5.11, the clock-skew campaign, issue 14 item 2): the claim,
   heartbeat and outcome statements take the time from the client — ``%(client_now)s``,
@@ -6,6 +6,9 @@
   ``now()``. Every lease is then stamped and judged on whichever worker's clock made the
   call. On one host that clock is the server's, so nothing but skewed client clocks tells
   the two apart (``tests/server_contract/test_clock_skew.py``).
+- ``reclaim_overwrites_late_outcome`` (only the conformance race of late outcomes
+  against reclaims, ``test_late_outcome.py``, exposes it): claims serialised by an
+  advisory lock, the due rows read without ``FOR UPDATE`` and saved as read.
 - ``acks_timed_out_reports`` (only a server freeze exposes it) and
   ``hb_timeout_taken_as_extended`` (only a network partition): a call the server left
   unanswered taken as applied (:mod:`tests.broken._unanswered`).
@@ -27,13 +30,16 @@ import psycopg
 from rdq_postgres import queries, rows
 from rdq_postgres.connection import cursor_of
 from rdq_postgres.plugin import PostgresBackend
-from rdq_postgres.storage import PostgresStorage
+from rdq_postgres.storage import PostgresStorage, _claim, _claim_order
 
 from rdq_core.errors import BackendUnavailable
-from rdq_core.model import ErrorInfo, Outcome
+from rdq_core.model import Claim, ErrorInfo, Outcome
 from tests.broken._unanswered import ACK_TIMEOUT, FREEZE_VICTIMS_ENV, TimeoutTakenAsExtended, victim
 
 T = TypeVar("T")
+
+#: The file ``reclaim_overwrites_late_outcome`` appends its victims to.
+VICTIMS_ENV = "RDQ_POSTGRES_VICTIMS"
 
 #: What replaces the server's clock in the variant's statements.
 CLIENT_NOW = "%(client_now)s::timestamptz"
@@ -113,6 +119,103 @@ class ClientClockBackend(PostgresBackend):
         return ClientClock(dsn, namespace)
 
 
+# ---- only the race of late outcomes against reclaims exposes it --------------------------------
+
+#: The due rows, read without a row lock.
+_READ_DUE = """
+SELECT seq, id, status, claimed_at, due_at
+FROM {tasks}
+WHERE queue = %(queue)s AND due_at <= now()
+ORDER BY due_at, seq
+LIMIT %(limit)s
+"""
+#: The reference claim with its ``picked`` rows replaced by what was read, and the row
+#: saved whole (the terminal columns cleared with the rest).
+_LOCKED_PICK = """    FOR UPDATE SKIP LOCKED
+"""
+_SAVE = (
+    queries._CLAIM.replace(
+        """    SELECT seq, id, status, claimed_at, due_at
+    FROM {tasks}
+    WHERE queue = %(queue)s AND due_at <= now()
+    ORDER BY due_at, seq
+    LIMIT %(limit)s
+""" + _LOCKED_PICK,
+        """    SELECT * FROM unnest(%(seqs)s::bigint[], %(ids)s::text[], %(statuses)s::text[],
+                         %(claimed)s::timestamptz[], %(dues)s::timestamptz[])
+        AS p(seq, id, status, claimed_at, due_at)
+""",
+    ).replace(
+        "SET status = 'IN_FLIGHT',", "SET status = 'IN_FLIGHT', dead_at = NULL, finished_at = NULL,"
+    )
+)
+assert "unnest" in _SAVE and "dead_at = NULL" in _SAVE, "the reference claim changed shape"
+
+
+class ReclaimOverwritesLateOutcome(PostgresStorage):
+    """SPEC §2/§5.3 (extra) — a reclaim that re-reads without a lock and writes unguarded:
+    a late outcome committed in between is overwritten.
+
+    Every claim takes ``pg_advisory_xact_lock`` (no outcome takes it), so no two claims
+    ever meet and every race of claims passes. In the same transaction the due rows are
+    read without ``FOR UPDATE``, then saved as read (``UPDATE ... FROM (the rows read)
+    WHERE t.seq = p.seq``, no re-check of status or token). A late ``complete``,
+    ``reschedule``, ``dead_letter`` or heartbeat of the expired holder that commits
+    between the read and the save is acknowledged, and then overwritten: READ COMMITTED
+    re-reads the row the save waits for and the ``WHERE`` still matches, so the task is
+    IN_FLIGHT again with a LEASE_EXPIRED attempt after the accepted one. No delay is
+    added. Each task whose row changed between the read and the save (seen by a second
+    unlocked read just before it) is appended to ``$RDQ_POSTGRES_VICTIMS``.
+
+    Incident: a PostgreSQL storage written from outside the project, tried as a new user
+    would, passed the whole kit while a 400-task, 8-thread script overwrote acknowledged
+    results in 2 runs of 3 (issue 22).
+    """
+
+    def __init__(self, dsn: str, schema: str, **kwargs: Any) -> None:
+        super().__init__(dsn, schema, **kwargs)
+        q = self._q
+        self._lock_key = f"{q.schema}.claims"
+        self._read_due = q._sql(_READ_DUE)
+        self._reread = q._sql("SELECT seq, status, claimed_at FROM {tasks} WHERE seq = ANY(%s)")
+        self._save = q._sql(_SAVE)
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        params = queries.claim_params(queue, limit, lease)
+        return self._run("claim_due", lambda conn: self._claim_unguarded(conn, params))
+
+    def _claim_unguarded(self, conn: psycopg.Connection, params: dict[str, Any]) -> list[Claim]:
+        cur = cursor_of(conn)
+        with conn.transaction():
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,))
+            due = cur.execute(self._read_due, params).fetchall()
+            if not due:
+                return []
+            seqs = [r[0] for r in due]
+            now = cur.execute(self._reread, (seqs,)).fetchall()
+            read = {r[0]: (r[2], r[3]) for r in due}
+            for seq, status, claimed_at in now:
+                if read[seq] != (status, claimed_at):
+                    victim(VICTIMS_ENV, next(r[1] for r in due if r[0] == seq))
+            saved = {
+                **params,
+                "seqs": seqs,
+                "ids": [r[1] for r in due],
+                "statuses": [r[2] for r in due],
+                "claimed": [r[3] for r in due],
+                "dues": [r[4] for r in due],
+            }
+            claimed = cur.execute(self._save, saved, binary=True).fetchall()
+            history = rows.histories(conn, self._sql(conn).history, [r[0] for r in claimed])
+        claimed.sort(key=_claim_order)
+        return [_claim(r, history.get(r[0], ())) for r in claimed]
+
+
+class ReclaimOverwritesLateOutcomeBackend(PostgresBackend):
+    def open(self, dsn: str, namespace: str) -> PostgresStorage:
+        return ReclaimOverwritesLateOutcome(dsn, namespace)
+
+
 # ---- only a fault exposes them: an unanswered call taken as applied ----------------------------
 
 
@@ -179,5 +282,6 @@ class HbTimeoutTakenAsExtendedBackend(PostgresBackend):
 
 
 client_clock = ClientClockBackend()
+reclaim_overwrites_late_outcome = ReclaimOverwritesLateOutcomeBackend()
 acks_timed_out_reports = AcksTimedOutReportsBackend()
 hb_timeout_taken_as_extended = HbTimeoutTakenAsExtendedBackend()

@@ -35,6 +35,7 @@ versions of these bugs outright; each variant here is one the schema lets throug
 
 from __future__ import annotations
 
+import fcntl
 import sqlite3
 import time
 from datetime import datetime, timedelta
@@ -56,6 +57,10 @@ from rdq_core.model import (
     utc_from_micros,
 )
 from rdq_core.tokens import new_token
+from tests.broken._unanswered import victim
+
+#: The file the variants that record victims append them to.
+VICTIMS_ENV = "RDQ_SQLITE_VICTIMS"
 
 # ---- the claim, split into hooks (for §5.1 and §5.2) ----------------------------------------
 
@@ -171,6 +176,59 @@ class CheckThenActClaim(SplitClaim):
         lease_us = micros_from_delta(lease)
         # UPDATE ... WHERE seq = ?: what was read is trusted, nothing is re-checked
         return self._write("claim_due", lambda conn, now: self._stamp(conn, now, due, lease_us))
+
+
+class ReclaimOverwritesLateOutcome(SplitClaim):
+    """SPEC §2/§5.3 (extra) — a reclaim that re-reads without a lock and writes unguarded:
+    a late outcome committed in between is overwritten.
+
+    Claims take a lock of their own (``flock`` on a file beside the database: an advisory
+    lock no outcome takes), so no two claims ever meet and every race of claims passes.
+    Under it the due rows are read in one (read-only) transaction and saved in a second
+    as read, ``UPDATE ... WHERE seq = ?`` with no re-check of status or token (the
+    columns of a terminal row the save does not know, ``dead_at``, are cleared with the
+    rest). A late ``complete``, ``reschedule``, ``dead_letter`` or heartbeat of the
+    expired holder that commits between the two is acknowledged, then the save makes the
+    task IN_FLIGHT again with a LEASE_EXPIRED attempt after the accepted one. No delay
+    is added: the wait for the write lock between the two transactions is the window.
+
+    Each task whose row changed between the read and the save is appended to the file
+    named by ``$RDQ_SQLITE_VICTIMS`` (when set). Incident: a PostgreSQL storage written
+    from outside the project passed the whole kit while a 400-task script overwrote
+    acknowledged results in 2 runs of 3 (issue 22).
+    """
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        with open(f"{self._path}.claims", "a+b") as claims:
+            fcntl.flock(claims, fcntl.LOCK_EX)  # pg_advisory_xact_lock(...): claims only
+            due = self._read(  # SELECT ... (no FOR UPDATE)
+                "claim_due", lambda conn: self._due(conn, queue, self._read_now(conn), limit)
+            )
+            if not due:
+                return []
+            lease_us = micros_from_delta(lease)
+            return self._write("claim_due", lambda conn, now: self._save(conn, now, due, lease_us))
+
+    def _save(
+        self,
+        conn: sqlite3.Connection,
+        now: int,
+        due: list[tuple[int, str, str, int | None]],
+        lease_us: int,
+    ) -> list[Claim]:
+        for seq, task_id, status, claimed_at in due:
+            row = conn.execute(
+                "SELECT status, claimed_at FROM tasks WHERE seq = ?", (seq,)
+            ).fetchone()
+            if tuple(row) != (status, claimed_at):
+                victim(VICTIMS_ENV, task_id)
+            if row[0] == Status.DEAD.value:  # the save writes the whole row: dead_at too
+                conn.execute(
+                    "UPDATE tasks SET status = 'IN_FLIGHT', dead_at = NULL, token = '-',"
+                    " claimed_at = ?, lease_expires_at = ?, due_at = ? WHERE seq = ?",
+                    (now, now, now, seq),
+                )
+        return self._stamp(conn, now, due, lease_us)
 
 
 # ---- §5.2 reclaim ignoring lease_expires_at -----------------------------------------------
@@ -394,6 +452,9 @@ class _Backend(SqliteBackend):
 
 
 check_then_act_claim = _Backend(CheckThenActClaim, "check-then-act-claim")
+reclaim_overwrites_late_outcome = _Backend(
+    ReclaimOverwritesLateOutcome, "reclaim-overwrites-late-outcome"
+)
 reclaim_ignores_lease = _Backend(ReclaimIgnoresLease, "reclaim-ignores-lease")
 outcome_ignores_token = _Backend(OutcomeIgnoresToken, "outcome-ignores-token")
 lease_expired_numbered_from_count = _Backend(
