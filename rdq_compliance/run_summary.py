@@ -40,6 +40,7 @@ PROP_RULE = "rdq.rule"  # a rule a failure violated (one property per rule)
 PROP_EXPECTED = "rdq.expected-failure"  # the ledger entry covering the test
 PROP_FAULTS = "rdq.faults"  # the chaos campaign's fault counters (JSON)
 PROP_CHAOS_REPORT = "rdq.chaos-report"  # the chaos campaign's report folder
+PROP_NOT_EXERCISED = "rdq.not-exercised"  # checker rules the campaign did not exercise (JSON)
 PROP_SERVER = "rdq.server"  # the provisioned server (JSON), on one report per process
 
 
@@ -83,6 +84,7 @@ class Summary:
         self._servers: list[dict[str, str]] = []
         self._faults: list[dict[str, object]] = []
         self._chaos_reports: list[str] = []
+        self._not_exercised: list[str] = []
         self._stale: dict[str, int] = {}
 
     # ---- gathering ----------------------------------------------------------------------
@@ -111,6 +113,10 @@ class Summary:
         for folder in outcome.values(PROP_CHAOS_REPORT):
             if folder not in self._chaos_reports:
                 self._chaos_reports.append(folder)
+        for raw in outcome.values(PROP_NOT_EXERCISED):
+            for rule in json.loads(raw):
+                if rule not in self._not_exercised:
+                    self._not_exercised.append(rule)
 
     @property
     def ran(self) -> bool:
@@ -246,6 +252,11 @@ class Summary:
         lines = []
         for counters in self._faults:
             lines.append(f"  chaos faults injected: {_faults(counters)}")
+        if self._not_exercised:
+            lines.append(
+                "  chaos rules not exercised (no call they judge; not passed): "
+                + ", ".join(self._not_exercised)
+            )
         for folder in self._chaos_reports:
             lines.append(f"  chaos report: {folder}")
         return lines

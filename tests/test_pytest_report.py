@@ -190,6 +190,7 @@ def test_summary_shows_faults_chaos_report_and_fits_one_screen() -> None:
                 (run_summary.PROP_SERVER, server), (run_summary.PROP_FAULTS, faults),
                 (run_summary.PROP_CHAOS_REPORT, "/tmp/chaos-standard0"),
                 (run_summary.PROP_RULE, "one-claim"), (run_summary.PROP_RULE, "no-loss"),
+                (run_summary.PROP_NOT_EXERCISED, json.dumps(["redrive", "storage-clock"])),
             ),
         )
     )  # fmt: skip
@@ -209,6 +210,9 @@ def test_summary_shows_faults_chaos_report_and_fits_one_screen() -> None:
         "1 server freezes"
     ) in lines
     assert "  chaos report: /tmp/chaos-standard0" in lines
+    assert (
+        "  chaos rules not exercised (no call they judge; not passed): redrive, storage-clock"
+    ) in lines
     assert any(line.startswith("    ... and ") and "more rules" in line for line in lines), lines
     assert any(line.startswith("    ... and ") and "more reasons" in line for line in lines)
     assert "  skipped: 40" in lines

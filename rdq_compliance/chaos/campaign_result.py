@@ -9,7 +9,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rdq_compliance import rules
 from rdq_compliance.chaos.checker import Violation
+from rdq_compliance.chaos.coverage import Coverage, Requirement
 from rdq_compliance.chaos.nemesis import Counters, FaultPlan
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_core.model import QueueStats
@@ -67,11 +69,25 @@ class CampaignResult:
     started_at: float = 0.0
     workers_left: list[int] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    #: The calls the campaign made, by operation, fault window and outcome.
+    coverage: Coverage | None = None
+    #: The checker's rules that saw none of the calls they judge (reported, not passed).
+    not_exercised: list[str] = field(default_factory=list)
+    #: What the faults that happened promised to exercise and did not (the run fails).
+    unmet: list[Requirement] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """No violation found and no checker failure."""
-        return not self.violations and self.checker_error is None
+        """No violation found, no checker failure, and every fault exercised what it is
+        there for."""
+        return not self.violations and self.checker_error is None and not self.unmet
+
+    def unmet_messages(self) -> list[str]:
+        """Each unmet requirement as a failure line naming its rule."""
+        return [
+            rules.message(r.rule, f"not exercised: the campaign made no {r.describe()}")
+            for r in self.unmet
+        ]
 
     @property
     def notes(self) -> list[str]:

@@ -10,7 +10,8 @@ command line, then ``RDQ_*`` environment variables, then ``[tool.rdq]`` of the n
 ``pyproject.toml``), provisions the server through a
 :class:`~rdq_compliance.session.Session` (the DSN those settings give, else local
 binaries, else a container), runs the scenario with a live progress display, writes the
-report folder and prints where it is. Exit status: **0** no violation, **1** violations found (or
+report folder and prints where it is. Exit status: **0** no violation, **1** violations found,
+a rule a fault is there for not exercised (or
 the checker failed), **2** bad usage, a bad scenario, or no server to run against —
 always with a one-line reason, never a stack trace.
 """
@@ -161,6 +162,13 @@ def _summarise(console: Console, result: CampaignResult) -> None:
             console.print(f"    {v.message}", highlight=False, markup=False)
     else:
         console.print("  [green bold]no violations[/]")
+    if result.not_exercised:
+        console.print(
+            f"  [yellow]not exercised[/] (no call they judge): {', '.join(result.not_exercised)}",
+            highlight=False,
+        )
+    for line in result.unmet_messages():
+        console.print(f"  [red bold]required, not exercised:[/] {line}", highlight=False)
     console.print(f"  report: {result.outdir}  (timeline: {result.files.get('timeline')})")
 
 
@@ -230,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if live is not None:
             live.stop()
     _summarise(console, result)
-    if result.violations or result.checker_error:
+    if not result.ok:
         return EXIT_VIOLATIONS
     return EXIT_OK
 

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from rdq_compliance.chaos.campaign_result import CampaignResult, Progress, ProgressFn
+from rdq_compliance.chaos.checker import RULES as CHECKER_RULES
 from rdq_compliance.chaos.checker import FinalState, Violation, check, read_final_state
+from rdq_compliance.chaos.coverage import coverage, unexercised
 from rdq_compliance.chaos.events import OK, Event, Journal, read_history
 from rdq_compliance.chaos.faults import clock_skew
 from rdq_compliance.chaos.faults.network import FAMILY as NETWORK
@@ -130,6 +132,16 @@ def run_checker(events: list[Event], final: FinalState) -> tuple[list[Violation]
 
 
 # ---- the campaign -------------------------------------------------------------------------
+
+
+def measure_coverage(result: CampaignResult, events: list[Event]) -> None:
+    """Count the campaign's calls (``result.coverage``), the checker rules they did not
+    exercise, and what the faults that happened promised to exercise and did not."""
+    cov = coverage(events)
+    happened = {e.get("kind") for e in events if e.get("op") == "fault"}
+    required = result.scenario.faults.families.requirements(sorted(k for k in happened if k))
+    result.coverage = cov
+    result.not_exercised, result.unmet = unexercised(cov, CHECKER_RULES, required)
 
 
 def worker_template(scenario: Scenario, spec: StorageSpec) -> WorkerConfig:
@@ -318,6 +330,7 @@ def run_campaign(
     events = read_history(history_dir.glob("*.jsonl"))
     result.violations, result.checker_error = run_checker(events, final)
     result.checked = result.checker_error is None
+    measure_coverage(result, events)
     result.check_time = time.monotonic() - d0 - result.drain_time
     result.tasks = {
         "enqueued": len(tasks),

@@ -54,12 +54,21 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
     request.node.user_properties.append(
         (run_summary.PROP_FAULTS, json.dumps(result.counters.as_dict()))
     )
+    not_exercised = result.not_exercised + [r.rule for r in result.unmet]
+    if not_exercised:
+        request.node.user_properties.append(
+            (run_summary.PROP_NOT_EXERCISED, json.dumps(list(dict.fromkeys(not_exercised))))
+        )
     where = f"report folder: {outdir} (replay with seed {result.seed})"
     assert result.checker_error is None, f"the checker failed: {result.checker_error}; {where}"
     assert result.checked, f"the history was not checked; {where}"
     assert not result.violations, (
         f"{len(result.violations)} violation(s) of {_by_rule(result.violations)}; {where}\n\n"
         + "\n\n".join(str(v) for v in result.violations[:10])
+    )
+    assert not result.unmet, (
+        f"the faults did not exercise what they are there for; {where}\n"
+        + "\n".join(result.unmet_messages())
     )
     assert result.drained, f"[no-loss] the run did not drain: tasks still live; {where}"
     assert result.workers_left == [], (

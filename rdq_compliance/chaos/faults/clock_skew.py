@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
     Counts,
@@ -90,6 +91,13 @@ class ClockSkewFaults(FaultFamily[ClockSkewSettings, ClockSkewCounts]):
         ),
     )
     marks = ("clock_skew",)
+    exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {
+        # a skewed worker's heartbeats and reports are judged by the storage's clock
+        "clock_skew": (
+            Requirement("storage-clock", "skewed worker", ("extend",)),
+            Requirement("fencing", "skewed worker", ("complete", "reschedule", "dead_letter")),
+        ),
+    }
     styles = (Style("skew", "strip", "#9b59b6", "0.8"),)
     legend = (Legend(100, "clock skewed (libfaketime)", "background:#9b59b6"),)
 

@@ -12,10 +12,11 @@ clash: each name, table, kind, journal kind drawn, setting and count belongs to 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.faults.family import FaultFamily, Kind, Legend, Row, Style
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
 
@@ -126,6 +127,15 @@ class Families:
             raise ValueError(f"unknown fault kind {name!r}") from None
 
     # ---- the displays -----------------------------------------------------------------------
+
+    def requirements(self, kinds: Iterable[str]) -> list[Requirement]:
+        """What the faults of journal ``kinds`` that happened must have exercised."""
+        out: list[Requirement] = []
+        for kind in kinds:
+            family = self._marks.get(kind)
+            if family is not None:
+                out.extend(r for r in family.exercises.get(kind, ()) if r not in out)
+        return out
 
     def rows(self) -> list[tuple[FaultFamily[Any, Any], Row[Any]]]:
         """Every family's counter rows, by rank."""

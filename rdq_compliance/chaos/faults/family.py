@@ -19,6 +19,8 @@ about its faults, as each of Jepsen's nemesis packages does:
 - its **counters** (a dataclass with ``as_dict()``: :meth:`~FaultFamily.new_counts`) and
   the :class:`Row` each display prints of them (the report, the live table, the CLI's
   summary, the pytest summary line);
+- what its faults **exercise** (:attr:`~FaultFamily.exercises`): the rules that must see
+  calls, and in which fault window, once one of its faults happened;
 - its **timeline marks**: which journal events it draws (:attr:`~FaultFamily.marks`,
   :attr:`~FaultFamily.ops`, :meth:`~FaultFamily.draw`), each mark's :class:`Style`, and
   its :class:`Legend` entries.
@@ -34,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.faults.tables import Table
 
 if TYPE_CHECKING:
@@ -289,6 +292,11 @@ class FaultFamily(Generic[S, C]):
     #: The journal's ``fault`` kinds it draws on the timeline, and other ops it draws.
     marks: ClassVar[tuple[str, ...]] = ()
     ops: ClassVar[tuple[str, ...]] = ()
+    #: What its faults exist to exercise: journal ``fault`` kind (one of its
+    #: :attr:`marks`) -> the rules that must then see calls, and in which window
+    #: (:class:`~rdq_compliance.chaos.coverage.Requirement`); a campaign in which such a
+    #: fault happened fails when one is not met.
+    exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {}
     #: How each kind of its marks is drawn.
     styles: ClassVar[tuple[Style, ...]] = ()
     legend: ClassVar[tuple[Legend, ...]] = ()

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
     Counts,
@@ -88,6 +89,14 @@ class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):
         Row(75, "losses", said=lambda c: f"{c.losses} packet losses"),
     )
     marks = ("partition", "loss", "heal")
+    exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {
+        # the cut worker's tasks are reclaimed while it is cut off, and its late report
+        # after the heal is refused
+        "partition": (
+            Requirement("lease-respected", "partitioned"),
+            Requirement("fencing", "after a cut"),
+        ),
+    }
     styles = (
         Style("partition", "lanes", "#e67e22", "0.30"),
         Style("loss", "lanes", "#d35400", "0.15"),

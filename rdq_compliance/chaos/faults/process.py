@@ -31,8 +31,9 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.faults.family import (
     Counts,
     FaultFamily,
@@ -130,6 +131,18 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
         ),
     )
     marks = ("kill", "pause", "resume")
+    exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {
+        # a zombie's late report is refused, and its task is reclaimed while it sleeps
+        "pause": (
+            Requirement("fencing", "after a pause"),
+            Requirement("lease-respected", "worker paused"),
+        ),
+        # a killed worker's claim is reclaimed, with its LEASE_EXPIRED attempt
+        "kill": (
+            Requirement("reclaim-expired", "all"),
+            Requirement("lease-expired-recorded", "all"),
+        ),
+    }
     ops = ("self_kill",)
     styles = (
         Style("kill", "line", "#e74c3c"),

@@ -9,13 +9,14 @@ import json
 from typing import Any
 
 from rdq_compliance.chaos.campaign_result import CampaignResult, replay_command
+from rdq_compliance.chaos.checker import RULES as CHECKER_RULES
 from rdq_compliance.chaos.checker import FinalState
 from rdq_compliance.chaos.events import Event
 from rdq_compliance.chaos.report.html import render_timeline
 from rdq_compliance.chaos.report.junit import render_junit
 from rdq_core.model import Task, micros_from_utc
 
-__all__ = ["results_data", "write_report"]
+__all__ = ["results_data", "rule_verdicts", "write_report"]
 
 
 def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -27,7 +28,13 @@ def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> di
         "backend": result.backend,
         "server": result.server_origin,
         "verdict": (
-            "violations" if violations else "checker-error" if result.checker_error else "pass"
+            "violations"
+            if violations
+            else "checker-error"
+            if result.checker_error
+            else "not-exercised"
+            if result.unmet
+            else "pass"
         ),
         "checked": result.checked,
         "checker_error": result.checker_error,
@@ -49,7 +56,30 @@ def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> di
         "plan": [dataclasses.asdict(f) for f in result.plan.faults],
         "skipped_faults": list(result.plan.skipped),
         "notes": list(result.counters.notes),
+        "rules": rule_verdicts(result, violations),
+        "unmet": [dataclasses.asdict(r) for r in result.unmet],
+        "unmet_messages": result.unmet_messages(),
+        "coverage": result.coverage.table() if result.coverage is not None else None,
     }
+
+
+def rule_verdicts(result: CampaignResult, violations: list[dict[str, Any]]) -> dict[str, str]:
+    """Each checker rule's verdict: ``violated``, ``not exercised (required)`` (a fault
+    that happened promised calls it judges, and none came), ``not exercised`` (it saw
+    none of the calls it judges) or ``passed``."""
+    broken = {str(v.get("rule")) for v in violations}
+    required = {r.rule for r in result.unmet}
+    out: dict[str, str] = {}
+    for rule in CHECKER_RULES:
+        if rule in broken:
+            out[rule] = "violated"
+        elif rule in required:
+            out[rule] = "not exercised (required)"
+        elif rule in result.not_exercised:
+            out[rule] = "not exercised"
+        else:
+            out[rule] = "passed"
+    return out
 
 
 def _task_json(task: Task) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from rdq_compliance.chaos.faults.combined import Families
 from rdq_compliance.chaos.faults.display import report_rows
 from rdq_compliance.chaos.faults.family import Mark, Style
 from rdq_compliance.chaos.faults.registry import BUILTIN
+from rdq_compliance.chaos.report.coverage_html import coverage_section
 from rdq_compliance.chaos.report.timeline import Bar, build_timeline
 
 __all__ = ["render_timeline"]
@@ -246,7 +247,8 @@ def render_timeline(
         "</span>"
     )
     verdict = summary.get("verdict", "?")
-    cls = {"pass": "pass", "violations": "fail", "checker-error": "fail"}.get(verdict, "warn")
+    failing = ("violations", "checker-error", "not-exercised")
+    cls = "pass" if verdict == "pass" else "fail" if verdict in failing else "warn"
     rows = "".join(
         f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_show(v))}</td></tr>"
         for k, v in (
@@ -287,7 +289,7 @@ def render_timeline(
         f"<h1>rdq chaos — {html.escape(str(summary.get('scenario')))} on "
         f"{html.escape(str(summary.get('backend')))}: "
         f"<span class='{cls}'>{html.escape(verdict)}</span></h1>"
-        f"<table>{rows}</table>{vtable}{notes_html}"
+        f"<table>{rows}</table>{vtable}{coverage_section(summary)}{notes_html}"
         f"<h2>Timeline</h2><div class='legend'>{legend}</div>"
         "<p>One lane per worker process; one bar per claim, from the claim to its outcome "
         "report (or the process's death, or the lease given up). Hover for details.</p>"

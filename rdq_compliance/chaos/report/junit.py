@@ -1,5 +1,7 @@
 """``junit.xml`` of a campaign: one testcase per checker rule (the rule's violations as
-its failure), or one failed ``checker`` case if the checker raised."""
+its failure; skipped when the campaign made none of the calls it judges, failed when a
+fault that happened required them), or one failed ``checker`` case if the checker
+raised."""
 
 from __future__ import annotations
 
@@ -32,9 +34,22 @@ def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> st
             f"<failure message={quoteattr(result.checker_error)}/></testcase>"
         )
     else:
+        required = {r.rule: m for r, m in zip(result.unmet, result.unmet_messages(), strict=True)}
         for rule in rules:
             found = by_rule.get(rule, [])
-            if found:
+            if not found and rule in required:
+                failures += 1
+                cases.append(
+                    f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}>"
+                    f"<failure message={quoteattr(required[rule])}/></testcase>"
+                )
+            elif not found and rule in result.not_exercised:
+                cases.append(
+                    f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}>"
+                    '<skipped message="not exercised: the campaign made none of the calls '
+                    'this rule judges"/></testcase>'
+                )
+            elif found:
                 failures += 1
                 text = "\n".join(json.dumps(v, default=str) for v in found)
                 first = str(found[0].get("message", rule))
@@ -45,10 +60,11 @@ def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> st
                 )
             else:
                 cases.append(f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}/>")
+    skipped = sum("<skipped" in c for c in cases)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n'
         f'<testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{failures}" '
-        f'errors="0" skipped="0" time="{result.duration:.3f}">\n'
+        f'errors="0" skipped="{skipped}" time="{result.duration:.3f}">\n'
         + "\n".join(cases)
         + "\n</testsuite>\n"
     )
