@@ -14,11 +14,11 @@ the journals and counts every call:
   counted in every window it falls in, and in ``calm`` when it falls in none:
 
   ``worker paused``    made (by any worker) while a worker is paused
-  ``after a pause``    a paused worker's late call, after its resume, on a claim it made
-                       before its pause
+  ``after a pause``    a paused worker's late call on a claim it made before its pause,
+                       answered after its resume
   ``partitioned``      made (by any worker) while a worker is cut off (partition or loss)
-  ``after a cut``      a cut worker's late call, after the heal, on a claim it made before
-                       the cut
+  ``after a cut``      a cut worker's late call on a claim it made before the cut,
+                       answered after the heal
   ``server frozen``    between ``pause_server`` and ``resume_server``
   ``server down``      between ``kill_server`` and ``restart_server``
   ``failover``         between ``failover`` and ``promoted``
@@ -195,6 +195,8 @@ def coverage(events: list[Event]) -> Coverage:
     cut_spans = [s for spans_ in per["cut"].values() for s in spans_]
 
     def late(proc: str, token: Any, t: float, which: str) -> bool:
+        """The call about a claim ``proc`` made before one of its pauses (or cuts) that
+        was answered after that pause (or cut) ended."""
         start = claimed_at.get((proc, token))
         return start is not None and any(a >= start and b <= t for a, b in per[which][proc])
 
@@ -214,11 +216,11 @@ def coverage(events: list[Event]) -> Coverage:
         windows = [name for name, a, b in spans if a <= begun <= b or a <= t <= b]
         if any(a <= begun <= b for a, b in paused_spans):
             windows.append("worker paused")
-        if late(proc, token, begun, "paused"):
+        if late(proc, token, t, "paused"):
             windows.append("after a pause")
         if any(a <= begun <= b for a, b in cut_spans):
             windows.append("partitioned")
-        if late(proc, token, begun, "cut"):
+        if late(proc, token, t, "cut"):
             windows.append("after a cut")
         if any(begun <= c <= t for c in per["cuts"]):
             windows.append("connections cut")

@@ -1,9 +1,11 @@
 """The dead-letter queue: what dlq_list shows, how it pages, and how it filters
 (SPEC §1 Attempt, §2 Dead-letter, §4 dlq_list, §5.7).
 
-Dead-letter order is ``(dead-letter time, id)``; the tests give ids that sort in the
+Dead-letter order is ``(dead-letter time, id)``; most tests give ids that sort in the
 order the tasks are dead-lettered, so the expected order is exact even on a storage
-clock too coarse to tell two dead-letters apart.
+clock too coarse to tell two dead-letters apart. One gives ids that sort the other way,
+and dead-letters back to back for ties on a coarse clock, so that a cursor that confuses
+time and id is caught.
 """
 
 from __future__ import annotations
@@ -195,6 +197,47 @@ def test_dlq_pages_return_every_dead_task_once_in_dead_letter_order(rdq_storage,
     assert ids == order, message(
         "dlq-paging",
         f"paging {Q!r} with limit {limit} gave {ids}, expected {order} (dead-letter order)",
+    )
+
+
+def _dead_time(task) -> object:
+    """When ``task`` was dead-lettered: its last attempt's end (the dead-letter's time)."""
+    return task.attempts[-1].finished_at
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5], ids=lambda n: f"page-size-{n}")
+def test_dlq_pages_in_dead_letter_order_when_ids_sort_the_other_way(rdq_storage, limit):
+    """Rule dlq-paging: the DLQ's order is (dead-letter time, id), not id. Ten tasks are
+    dead-lettered one by one in descending id order, then six more claimed together and
+    dead-lettered back to back (on a coarse clock, in one tick: ties on dead time, then
+    broken by id). Paging returns every dead task once, in that order, whatever the
+    page size; a keyset cursor that compares ids alone, or time alone, skips or
+    repeats."""
+    st = rdq_storage
+    one_by_one = [f"r{9 - i}-one" for i in range(10)]  # r9-one dead first, r0-one last
+    for tid in one_by_one:
+        s.make_dead(st, Q, tid)
+    together = [f"q{5 - i}-tie" for i in range(6)]
+    for tid in together:
+        s.enqueue_new(st, Q, tid)
+    claims = s.claim_exactly(st, Q, together)
+    for tid in together:  # in descending id order, as fast as the storage takes them
+        st.dead_letter(tid, claims[tid].token, ERR)
+    tasks = {tid: st.get(tid) for tid in one_by_one + together}
+    expected = sorted(tasks, key=lambda tid: (_dead_time(tasks[tid]), tid))
+    pages = s.page_through(st, Q, limit=limit)
+    _check_page_shapes(pages, limit, Q)
+    ids = s.listed_ids(pages)
+    missing = sorted(set(expected) - set(ids))
+    assert not missing and not s.duplicates(ids), message(
+        "dlq-paging",
+        f"paging {Q!r} with limit {limit} skipped {missing} and repeated "
+        f"{s.duplicates(ids)}: listed {ids}",
+    )
+    assert ids == expected, message(
+        "dlq-paging",
+        f"paging {Q!r} with limit {limit} gave {ids}, expected {expected} "
+        "(dead-letter time, then id)",
     )
 
 

@@ -619,6 +619,43 @@ class DlqDropsFirstTask(_Broken):
             return page
 
 
+class DlqCursorComparesIdsOnly(_Broken):
+    """SPEC §4 DLQ paging — the keyset cursor confuses time and id.
+
+    Incident: pages are ordered ``ORDER BY dead_at, id`` but the next page asks
+    ``WHERE id > $last_id``: while ids happen to sort in dead-letter order (sequential
+    ids, or test data named in order) every page is right; once an id sorts before the
+    last one listed although it died later, it is never listed (and one that died
+    earlier but sorts later is listed again).
+    """
+
+    def _dlq_list(
+        self, queue: str, filter: DlqFilter | None, cursor: str | None, limit: int
+    ) -> DlqPage:
+        if cursor is None:
+            return super()._dlq_list(queue, filter, cursor, limit)
+        with self._lock:
+            after = cursors.decode(queue, cursor)
+            rows = [
+                r for r in self._dead(queue) if filter is None or filter.matches(self._snapshot(r))
+            ]
+
+            def key(r: _Row) -> tuple[int, str]:
+                assert r.dead_at is not None
+                return (micros_from_utc(r.dead_at), r.task.id)
+
+            rows.sort(key=key)
+            for r in rows:  # what the reference would list, and this one does not
+                if (key(r) > (after.dead_at_us, after.task_id)) != (r.task.id > after.task_id):
+                    self._victim(r.task.id)
+            rows = [r for r in rows if r.task.id > after.task_id]  # WHERE id > $last_id
+            page = rows[:limit]
+            next_cursor = None
+            if len(rows) > limit:
+                next_cursor = cursors.encode(queue, cursors.DlqPosition(*key(page[-1])))
+            return DlqPage(tuple(self._snapshot(r) for r in page), next_cursor)
+
+
 class DlqPageBoundarySkip(_Broken):
     """SPEC §4 DLQ paging — every page after the first skips one task.
 
@@ -1031,6 +1068,7 @@ expired_leases_never_reclaimed = _backend(
 dlq_misses_retryable_deaths = _backend(DlqMissesRetryableDeaths, "dlq-misses-retryable-deaths")
 dlq_drops_first_task = _backend(DlqDropsFirstTask, "dlq-drops-first-task")
 dlq_page_boundary_skip = _backend(DlqPageBoundarySkip, "dlq-page-boundary-skip")
+dlq_cursor_compares_ids_only = _backend(DlqCursorComparesIdsOnly, "dlq-cursor-compares-ids-only")
 purge_any_status = _backend(PurgeAnyStatus, "purge-any-status")
 purge_succeeded_ignores_age = _backend(PurgeSucceededIgnoresAge, "purge-succeeded-ignores-age")
 extend_lease_ignores_token = _backend(ExtendLeaseIgnoresToken, "extend-lease-ignores-token")
