@@ -5,6 +5,7 @@ too thin to mean anything."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -113,3 +114,36 @@ def test_a_run_too_thin_to_show_anything_is_not_a_pass() -> None:
         "the load was too thin to show anything: 0 enqueues, 0 claims and 0 outcomes "
         "acknowledged before the kill (at least 20 of each are needed)"
     ]
+
+
+class SlowHandle(Handle):
+    """A server answering each call 20 ms late (a loaded one): 0.3 s of load is far too
+    little for 20 acknowledged outcomes."""
+
+    def __getattr__(self, name: str) -> Any:
+        call = super().__getattr__(name)
+
+        def slow(*args: Any) -> Any:
+            time.sleep(0.02)
+            return call(*args)
+
+        return slow
+
+
+def test_a_slow_server_is_loaded_until_the_run_means_something() -> None:
+    server = PretendServer(keeps=True)
+    report = run_durability_check(server, lambda: SlowHandle(server), QUICK)  # type: ignore[arg-type, return-value]
+    assert report.ok, report.message
+    assert min(report.ledger.before_kill()) >= QUICK.least_before_kill
+
+
+def test_the_load_stops_at_its_cap_and_the_run_is_then_too_thin() -> None:
+    server = PretendServer(keeps=True)
+    capped = DurabilityPlan(
+        workers=1, before_kill=0.1, most_before_kill=0.3, down=0.05, after_restart=0.05,
+        least_before_kill=10_000,
+    )  # fmt: skip
+    t0 = time.monotonic()
+    report = run_durability_check(server, lambda: SlowHandle(server), capped)  # type: ignore[arg-type, return-value]
+    assert time.monotonic() - t0 < 5
+    assert not report.ok and "the load was too thin" in report.message

@@ -22,7 +22,8 @@ def test_acknowledged_work_survives_a_server_kill_and_restart(
     rdq_server, rdq_connect, rdq_capabilities
 ):
     """Rule durability: 4 workers enqueue, claim and complete (some reschedule, some
-    dead-letter) for 1.5 s; the server is SIGKILLed, down for 0.5 s, restarted; after
+    dead-letter) for 1.5 s, or longer (up to 30 s) until 20 enqueues, claims and outcomes
+    each are acknowledged; the server is SIGKILLed, down for 0.5 s, restarted; after
     0.5 s more, every acknowledged enqueue exists, every acknowledged claim is still held
     (or its attempt recorded), every acknowledged outcome is in the history. Its checks
     assume no claim is taken over during the run: on a backend whose lease model gives
