@@ -18,7 +18,7 @@ through a picklable :class:`StorageSpec`, in worker processes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -233,6 +233,14 @@ class Backend(ABC):
     #: the run (strict). ``[tool.rdq.expected-failures]`` adds entries (see
     #: :mod:`rdq_compliance.ledger`).
     expected_failures: Mapping[str, str] = MappingProxyType({})
+
+    def neighbour_queues(self, count: int) -> Sequence[str] | None:
+        """At least ``count`` queue names this backend stores side by side (one shard,
+        bucket, partition or collection), for the suite's queue-isolation test; ``None``
+        (the default) when it does not say, and the suite then spreads its test over so
+        many queue names that any bucketing into a few thousand buckets puts some of them
+        together (``rdq_compliance.suite.test_neighbours``)."""
+        return None
 
     def provision(self, request: ProvisionRequest) -> Server:
         """Find or start a server, or raise ``ProvisionUnavailable`` naming the remedies."""

@@ -202,6 +202,11 @@ def test_dlq_pages_return_every_dead_task_once_in_dead_letter_order(rdq_storage,
 
 def _dead_time(task) -> object:
     """When ``task`` was dead-lettered: its last attempt's end (the dead-letter's time)."""
+    assert task.attempts, message(
+        "transition",
+        f"task {task.id!r} is {task.status.value} with no attempts: dead_letter records the "
+        "failed attempt (and with it the time the DLQ is ordered by)",
+    )
     return task.attempts[-1].finished_at
 
 

@@ -131,6 +131,11 @@ XFAIL_TEST_SHAPES: dict[str, tuple[frozenset[str], str]] = {
         frozenset({"outcome-recorded"}),
         r"ended SUCCEEDED, history \[\]",
     ),
+    "test_dlq_pages_in_dead_letter_order_when_ids_sort_the_other_way": (
+        frozenset({"transition"}),
+        r"with no attempts: dead_letter records the failed attempt",
+    ),
+    "test_queues_stored_side_by_side_stay_apart": (frozenset({"redrive"}), _REDRIVE),
     "test_threads_never_share_a_claim": (
         frozenset({"one-claim"}),
         r"^(?!.*claimed \d+ times).*ended SUCCEEDED with attempt_count 0 and attempts \[\]",

@@ -691,6 +691,17 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
+            "5.9", "queues_bucketed",
+            "§5.9 (extra) queues kept apart by hash bucket, not by name: two of one bucket mix",
+            memory=_excused(
+                _kit({"test_neighbours.py::test_queues_stored_side_by_side_stay_apart": (
+                    "queue-isolation"
+                )}),
+                machine="the machine draws a handful of queue names: two share one of the "
+                "4,096 buckets about once in a few hundred runs",
+            ),
+        )
+        + _bug(
             "5.9", "newest_first", "§5.9 ordering by due time ignored (newest first)",
             memory=(
                 _kit({"test_claim.py::test_claims_come_out_oldest_due_first": "claim-order"}),

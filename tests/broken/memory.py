@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import ClassVar
@@ -814,6 +815,40 @@ class QueuesNotIsolated(_ClaimHooks):
         return super()._claimable(row, queue, now)
 
 
+class QueuesBucketed(_ClaimHooks):
+    """SPEC §5.9 — queues kept apart by bucket, not by name: two queues of one bucket mix.
+
+    Incident: a store that shards queues into hash buckets (Redis hash-tag slots, a
+    partitioned table) indexes due tasks and dead letters per bucket, and its claim, DLQ
+    and selectors trust the bucket (``WHERE bucket = crc32($queue) % 4096``) without
+    checking the queue: every test with a queue or two passes (they land in different
+    buckets); two queues that share a bucket take each other's tasks.
+    """
+
+    BUCKETS: ClassVar[int] = 4096
+
+    def _bucket(self, queue: str) -> int:
+        return zlib.crc32(queue.encode()) % self.BUCKETS
+
+    def _claimable(self, row: _Row, queue: str, now: datetime) -> bool:
+        if row.task.queue != queue and self._bucket(row.task.queue) == self._bucket(queue):
+            if row.due_at is not None and row.due_at <= now:
+                self._victim(row.task.id)
+                return True
+        return super()._claimable(row, queue, now)
+
+    def _dead(self, queue: str) -> Iterable[_Row]:
+        rows = [
+            r
+            for r in self._rows.values()
+            if r.task.status is Status.DEAD and self._bucket(r.task.queue) == self._bucket(queue)
+        ]
+        for r in rows:
+            if r.task.queue != queue:
+                self._victim(r.task.id)
+        return rows
+
+
 class NewestFirst(_ClaimHooks):
     """SPEC §5.9 — ordering by due time ignored: newest task first.
 
@@ -1077,6 +1112,7 @@ heartbeat_keeps_the_claims_lease = _backend(
 )
 limit_ignored = _backend(LimitIgnored, "limit-ignored")
 queues_not_isolated = _backend(QueuesNotIsolated, "queues-not-isolated")
+queues_bucketed = _backend(QueuesBucketed, "queues-bucketed")
 newest_first = _backend(NewestFirst, "newest-first")
 enqueue_resets_existing = _backend(EnqueueResetsExisting, "enqueue-resets-existing")
 enqueue_id_in_two_queues = _backend(EnqueueIdInTwoQueues, "enqueue-id-in-two-queues")
