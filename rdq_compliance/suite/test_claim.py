@@ -161,6 +161,52 @@ def test_claims_come_out_oldest_due_first(rdq_storage):
     )
 
 
+#: Time between the claims whose leases then expire one after another.
+SPACING = timedelta(milliseconds=300)
+
+
+def test_expired_leases_and_due_tasks_are_claimed_in_one_due_order(rdq_storage):
+    """Rule claim-order: an expired lease is due at its expiry, a PENDING task at its
+    next_attempt_at, and a claim takes both kinds in one order of due time. Three claims
+    are made 300 ms apart and let expire; four PENDING tasks fall due between and around
+    those expiries; one-task claims then take them alternately, oldest due first. (A claim
+    that serves PENDING tasks before expired leases, or the other way round, fails.)"""
+    st = rdq_storage
+    lease = st.capabilities().lease_for(3 * SPACING)  # no lease runs out while claiming
+    held = []
+    for i in range(3):
+        enqueue(st, Q)
+        held.append(claim_one(st, Q, lease))
+        if i < 2:
+            wait_until(st, held[-1].claimed_at + SPACING)
+    due: dict[str, object] = {c.task_id: c.lease_expires_at for c in held}
+    start = held[0].lease_expires_at - SPACING / 2
+    t0 = st.now()
+    for j in range(4):  # due halfway before, between and after the three expiries
+        tid = enqueue(st, Q, delay=start + j * SPACING - t0)
+        due[tid] = st.get(tid).next_attempt_at
+    wait_until(st, max(due.values()))  # type: ignore[type-var]
+    got = []
+    for _ in range(len(due)):
+        got.extend(c.task_id for c in st.claim_due(Q, 1, LONG_LEASE))
+    order = sorted(due, key=lambda t: due[t])  # type: ignore[arg-type, return-value]
+    kinds = ["lease" if t in {c.task_id for c in held} else "pending" for t in order]
+    assert kinds == ["pending", "lease"] * 3 + ["pending"], rules.message(
+        "claim-order",
+        f"the test's due times did not interleave on this storage clock: {kinds} "
+        f"({[(t, str(due[t])) for t in order]})",
+    )
+    ties = {t: [u for u in due if due[u] == due[t]] for t in due}
+    fine = len(got) == len(order) and all(
+        g == o or g in ties[o] for g, o in zip(got, order, strict=True)
+    )
+    assert fine, rules.message(
+        "claim-order",
+        f"claimed {[(t, 'lease' if t in {c.task_id for c in held} else 'pending') for t in got]}"
+        f"; expected by due time {list(zip(order, kinds, strict=True))}",
+    )
+
+
 def test_claim_takes_only_tasks_of_its_own_queue(rdq_storage):
     """Rule queue-isolation: claiming from a queue never returns a task of another queue,
     even one whose name matches it as a pattern or a prefix (``_`` is a LIKE wildcard)."""

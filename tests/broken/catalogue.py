@@ -702,6 +702,17 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
+            "5.9", "pending_before_expired_leases",
+            "§5.9 (extra) due PENDING tasks served before expired leases",
+            memory=_excused(
+                _kit({"test_claim.py::"
+                      "test_expired_leases_and_due_tasks_are_claimed_in_one_due_order": (
+                          "claim-order"
+                      )}),
+                machine="not proved here: the conformance test is the one written for it",
+            ),
+        )
+        + _bug(
             "5.9", "newest_first", "§5.9 ordering by due time ignored (newest first)",
             memory=(
                 _kit({"test_claim.py::test_claims_come_out_oldest_due_first": "claim-order"}),

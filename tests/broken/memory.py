@@ -849,6 +849,27 @@ class QueuesBucketed(_ClaimHooks):
         return rows
 
 
+class PendingBeforeExpiredLeases(_ClaimHooks):
+    """SPEC §5.9 — a claim serves due PENDING tasks before expired leases.
+
+    Incident: the claim is two queries, ``status = 'PENDING' AND next_attempt_at <= now``
+    first and the reclaim of ``lease_expires_at <= now`` only when that came back short:
+    each kind in due order, but an expired lease waits behind every due PENDING task, even
+    those that fell due after it expired.
+    """
+
+    def _claim_order(self, row: _Row) -> tuple[object, ...]:
+        return (row.task.status is Status.IN_FLIGHT, *super()._claim_order(row))
+
+    def _take(self, rows: list[_Row], limit: int) -> list[_Row]:
+        taken = rows[:limit]
+        fair = sorted(rows, key=super()._claim_order)[:limit]
+        for r in taken:
+            if r not in fair:
+                self._victim(r.task.id)
+        return taken
+
+
 class NewestFirst(_ClaimHooks):
     """SPEC §5.9 — ordering by due time ignored: newest task first.
 
@@ -1114,6 +1135,9 @@ limit_ignored = _backend(LimitIgnored, "limit-ignored")
 queues_not_isolated = _backend(QueuesNotIsolated, "queues-not-isolated")
 queues_bucketed = _backend(QueuesBucketed, "queues-bucketed")
 newest_first = _backend(NewestFirst, "newest-first")
+pending_before_expired_leases = _backend(
+    PendingBeforeExpiredLeases, "pending-before-expired-leases"
+)
 enqueue_resets_existing = _backend(EnqueueResetsExisting, "enqueue-resets-existing")
 enqueue_id_in_two_queues = _backend(EnqueueIdInTwoQueues, "enqueue-id-in-two-queues")
 payload_truncated_at_nul = _backend(PayloadTruncatedAtNul, "payload-truncated-at-nul")

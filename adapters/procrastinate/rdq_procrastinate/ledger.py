@@ -114,6 +114,7 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_longest_queue_and_handler_names_are_accepted": G12,
     # ---- claims and leases (G5, G8, G7) ----
     "test_claims_come_out_oldest_due_first": G8,
+    "test_expired_leases_and_due_tasks_are_claimed_in_one_due_order": G8,
     "test_claim_stamps_the_lease_from_the_storage_clock": G5_LEASE,
     "test_a_claim_holds_the_lease_it_asked_for": G5_LEASE,
     "test_expired_lease_is_reclaimed_with_a_lease_expired_attempt": G7_LEASE_EXPIRED,
