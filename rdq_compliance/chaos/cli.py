@@ -167,8 +167,8 @@ def _summarise(console: Console, result: CampaignResult) -> None:
             f"  [yellow]not exercised[/] (no call they judge): {', '.join(result.not_exercised)}",
             highlight=False,
         )
-    for line in result.unmet_messages():
-        console.print(f"  [red bold]required, not exercised:[/] {line}", highlight=False)
+    for line in result.unmet_messages():  # the line starts with [rule]: not markup
+        console.print(f"  required, not exercised: {line}", style="red", markup=False)
     console.print(f"  report: {result.outdir}  (timeline: {result.files.get('timeline')})")
 
 

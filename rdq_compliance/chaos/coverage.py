@@ -97,21 +97,21 @@ class Need:
 _REPORTS = ("complete", "reschedule", "dead_letter", "extend")
 #: Checker rule -> what exercises it.
 NEEDS: dict[str, Need] = {
-    "one-claim": Need(("claim",), "a claim"),
-    "lease-respected": Need(("reclaim",), "a reclaim"),
-    "reclaim-expired": Need(("reclaim",), "a reclaim"),
-    "lease-expired-recorded": Need(("reclaim",), "a reclaim"),
-    "fencing": Need(_REPORTS, "an outcome report or a heartbeat"),
-    "outcome-recorded": Need(("complete", "reschedule", "dead_letter"), "an outcome report"),
-    "storage-clock": Need(("claim", "extend"), "a claim or a heartbeat"),
-    "history-numbering": Need(("reclaim", "reschedule", "dead_letter"), "a new attempt"),
-    "claim-due-only": Need(("reschedule",), "a reschedule"),
-    "terminal-final": Need(("complete", "dead_letter"), "a terminal outcome"),
-    "dlq-complete": Need(("dead_letter",), "a dead-letter"),
-    "redrive": Need(("redrive",), "a redrive"),
-    "execution-count": Need(("claim",), "a claim"),
-    "no-loss": Need(("enqueue",), "an enqueue"),
-    "drain-complete": Need(("enqueue",), "an enqueue"),
+    "one-claim": Need(("claim",), "claim"),
+    "lease-respected": Need(("reclaim",), "reclaim"),
+    "reclaim-expired": Need(("reclaim",), "reclaim"),
+    "lease-expired-recorded": Need(("reclaim",), "reclaim"),
+    "fencing": Need(_REPORTS, "outcome report or heartbeat"),
+    "outcome-recorded": Need(("complete", "reschedule", "dead_letter"), "outcome report"),
+    "storage-clock": Need(("claim", "extend"), "claim or heartbeat"),
+    "history-numbering": Need(("reclaim", "reschedule", "dead_letter"), "new-attempt"),
+    "claim-due-only": Need(("reschedule",), "reschedule"),
+    "terminal-final": Need(("complete", "dead_letter"), "complete or dead-letter"),
+    "dlq-complete": Need(("dead_letter",), "dead-letter"),
+    "redrive": Need(("redrive",), "redrive"),
+    "execution-count": Need(("claim",), "claim"),
+    "no-loss": Need(("enqueue",), "enqueue"),
+    "drain-complete": Need(("enqueue",), "enqueue"),
 }
 
 
@@ -268,7 +268,7 @@ class Requirement:
 
     def describe(self) -> str:
         where = "anywhere" if self.window == "all" else f"in the {self.window!r} window"
-        return f"{self.need.what} (ok or refused) {where}"
+        return f"{self.need.what} call (ok or refused) {where}"
 
 
 def unexercised(

@@ -7,7 +7,10 @@ and passes. On SQLite (the clock of a correct backend is the storage's either wa
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,22 @@ def test_the_same_skew_with_long_handlers_is_exercised_and_passes(
     assert result.unmet == [] and result.ok, (result.unmet_messages(), result.violations[:3])
     results = json.loads((tmp_path / "exercised" / "results.json").read_text())
     assert results["verdict"] == "pass" and results["rules"]["storage-clock"] == "passed"
+
+
+def test_the_cli_exits_1_and_prints_the_rule_it_did_not_exercise(tmp_path: Path):
+    need_libfaketime()
+    path = tmp_path / "starved.toml"
+    path.write_text(SCENARIO.format(name="starved", handlers=SHORT))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
+    env["COLUMNS"] = "300"
+    run = subprocess.run(
+        [sys.executable, "-m", "rdq_compliance.chaos.cli", "run", str(path),
+         "--backend", "sqlite", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=170, env=env,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert (
+        "required, not exercised: [storage-clock] due-ness and leases follow the storage's "
+        "clock (SPEC §2): not exercised: the campaign made no extend call (ok or refused) in "
+        "the 'skewed worker' window"
+    ) in " ".join(run.stdout.split()), run.stdout[-2000:]

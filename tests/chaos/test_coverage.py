@@ -82,7 +82,8 @@ def test_a_rule_with_no_calls_is_not_exercised_and_a_required_window_is_named():
     assert "lease-respected" in idle and "reclaim-expired" in idle and "redrive" in idle
     assert "one-claim" not in idle and "fencing" not in idle and "storage-clock" not in idle
     assert missing == [skewed_heartbeat]
-    assert skewed_heartbeat.describe() == "extend (ok or refused) in the 'skewed worker' window"
+    want = "extend call (ok or refused) in the 'skewed worker' window"
+    assert skewed_heartbeat.describe() == want
 
 
 def test_a_requirement_names_a_known_rule_window_and_operation():

@@ -31,9 +31,8 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.faults.family import (
     Counts,
     FaultFamily,
@@ -131,18 +130,9 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
         ),
     )
     marks = ("kill", "pause", "resume")
-    exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {
-        # a zombie's late report is refused, and its task is reclaimed while it sleeps
-        "pause": (
-            Requirement("fencing", "after a pause"),
-            Requirement("lease-respected", "worker paused"),
-        ),
-        # a killed worker's claim is reclaimed, with its LEASE_EXPIRED attempt
-        "kill": (
-            Requirement("reclaim-expired", "all"),
-            Requirement("lease-expired-recorded", "all"),
-        ),
-    }
+    # No requirement: a pause that overlaps a server freeze or restart sees its reclaims
+    # and its late report answered "unknown" (the smoke campaign on PostgreSQL, under
+    # load); its rules are still reported "not exercised" when no call judged them.
     ops = ("self_kill",)
     styles = (
         Style("kill", "line", "#e74c3c"),
