@@ -20,12 +20,13 @@ import a test file). Nothing here knows about a particular backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -342,10 +343,24 @@ def late_problems(
 # ---- in spawned processes --------------------------------------------------------------------
 
 
-def _open(spec: StorageSpec) -> Storage:
-    from rdq_compliance.session import open_storage
+def _in_process(
+    spec: StorageSpec, worker: str, start: Any, results: Any, side: Callable[[Storage], SideReport]
+) -> None:
+    """Open the storage, run ``side`` on it, put exactly one report on ``results``
+    (whatever happens), close it."""
+    try:
+        from rdq_compliance.session import open_storage
 
-    return open_storage(spec)
+        storage = open_storage(spec)
+    except Exception as exc:
+        start.abort()
+        results.put(SideReport(worker, error=f"cannot open storage: {type(exc).__name__}: {exc}"))
+        return
+    try:
+        results.put(side(storage))
+    finally:
+        with contextlib.suppress(Exception):
+            storage.close()
 
 
 def process_late_worker(
@@ -353,19 +368,9 @@ def process_late_worker(
 ) -> None:
     """A late holder in a ``spawn`` process: open, make the late calls, report once."""
     worker = f"late-process-{index} (pid {os.getpid()})"
-    try:
-        storage = _open(spec)
-    except Exception as exc:
-        start.abort()
-        results.put(SideReport(worker, error=f"cannot open storage: {type(exc).__name__}: {exc}"))
-        return
-    try:
-        results.put(late_calls(storage, held, worker, long_lease, start))
-    finally:
-        try:
-            storage.close()
-        except Exception:
-            pass
+    _in_process(
+        spec, worker, start, results, lambda st: late_calls(st, held, worker, long_lease, start)
+    )
 
 
 def process_reclaim_worker(
@@ -380,27 +385,11 @@ def process_reclaim_worker(
 ) -> None:
     """A reclaiming worker in a ``spawn`` process: open, reclaim, report once."""
     worker = f"reclaim-process-{index} (pid {os.getpid()})"
-    try:
-        storage = _open(spec)
-    except Exception as exc:
-        start.abort()
-        results.put(SideReport(worker, error=f"cannot open storage: {type(exc).__name__}: {exc}"))
-        return
-    try:
-        results.put(
-            reclaim_loop(
-                storage,
-                queue,
-                worker,
-                seed=seed,
-                max_limit=4,
-                long_lease=long_lease,
-                deadline_s=deadline_s,
-                start=start,
-            )
-        )
-    finally:
-        try:
-            storage.close()
-        except Exception:
-            pass
+
+    def side(st: Storage) -> SideReport:
+        return reclaim_loop(
+            st, queue, worker, seed=seed, max_limit=4, long_lease=long_lease,
+            deadline_s=deadline_s, start=start,
+        )  # fmt: skip
+
+    _in_process(spec, worker, start, results, side)
