@@ -22,7 +22,6 @@ backend's table adds to the shared one.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from rdq_core.errors import InvalidArgument
+from rdq_core.masking import mask_dsn
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -192,12 +192,6 @@ def _ledger_table(where: str, rootpath: Path, value: object) -> dict[str, str]:
             )
         out[str(key)] = reason.strip()
     return out
-
-
-def mask_dsn(dsn: str) -> str:
-    """A DSN as reports show it: the password of a ``scheme://user:password@host`` URL
-    replaced by ``***`` (anything else is shown as it is)."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*):[^@/]*@", r"\1:***@", dsn)
 
 
 def describe(s: Settings) -> str:

@@ -47,7 +47,8 @@ def _rdq_mysql():
 # ---- the public surface -------------------------------------------------------------
 
 PUBLIC_PROVISION = "rdq_compliance.provision"
-#: The core modules the README's "Use the kit for your own backend" names for a storage.
+#: The core modules the README's "Use the kit for your own backend" names for a storage
+#: (``rdq_core.masking``: the one secret masker every backend's messages use).
 PUBLIC_CORE = {
     "rdq_core",
     "rdq_core.spi",
@@ -55,6 +56,7 @@ PUBLIC_CORE = {
     "rdq_core.errors",
     "rdq_core.cursor",
     "rdq_core.tokens",
+    "rdq_core.masking",
 }
 
 

@@ -20,6 +20,7 @@ from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rdq_core.errors import InvalidArgument
+from rdq_core.masking import mask_dsn as _mask
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT",
@@ -93,21 +94,6 @@ def with_timeout(dsn: str, timeout: timedelta | None) -> str:
 
 
 def mask(dsn: str) -> str:
-    """``dsn`` with any password replaced by ``***`` (URL or key=value form)."""
-    if "://" in dsn:
-        try:
-            parts = urlsplit(dsn)
-        except ValueError:
-            return "<unparsable DSN>"
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostinfo = netloc.rpartition("@")
-            if ":" in userinfo:
-                userinfo = userinfo.split(":", 1)[0] + ":***"
-            netloc = f"{userinfo}@{hostinfo}"
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        query = urlencode(
-            [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*/:"
-        )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    return _KV_PASSWORD.sub(lambda m: m.group(1) + "***", dsn)
+    """``dsn`` with every secret in it replaced by ``***``: the kit's one masker,
+    :func:`rdq_core.masking.mask_dsn`."""
+    return _mask(dsn)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rdq_core.errors import InvalidArgument
+from rdq_core.masking import mask_dsn as _mask
 
 #: rq's floor: ``job_monitoring_interval`` of 1 s, plus its fixed 60 s.
 MIN_LEASE_S = 61
@@ -124,14 +125,6 @@ def split_params(dsn: str) -> tuple[str, dict[str, str]]:
 
 
 def mask(dsn: str) -> str:
-    """``dsn`` with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "<unparsable DSN>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        userinfo = userinfo.split(":", 1)[0] + ":***" if ":" in userinfo else "***"
-        netloc = f"{userinfo}@{hostinfo}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """``dsn`` with every secret in it replaced by ``***``: the kit's one masker,
+    :func:`rdq_core.masking.mask_dsn`."""
+    return _mask(dsn)

@@ -36,11 +36,10 @@ needs: said so in the message.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 import pymongo.errors as px
 
 from rdq_core.errors import BackendUnavailable, RdqError
+from rdq_core.masking import mask_dsn as _mask
 
 UNKNOWN = (
     "the outcome is unknown: the server may or may not have acted; retry it (a claim "
@@ -52,20 +51,9 @@ _REFUSED_CODES = frozenset({10107, 13435, 11600, 11602, 189, 91, 13436})
 
 
 def mask_uri(uri: str) -> str:
-    """``uri`` with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "<unparsable URI>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        elif userinfo:
-            userinfo = "***"
-        netloc = f"{userinfo}@{hostinfo}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """``uri`` with every secret in it replaced by ``***``: the kit's one masker,
+    :func:`rdq_core.masking.mask_dsn`."""
+    return _mask(uri)
 
 
 def _detail(exc: BaseException) -> str:

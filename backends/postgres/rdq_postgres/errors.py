@@ -9,41 +9,21 @@ for a lost connection — that the call may or may not have taken effect.
 
 from __future__ import annotations
 
-import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
 import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
 
 from rdq_core.errors import BackendUnavailable, InvalidArgument, RdqError
+from rdq_core.masking import mask_dsn as _mask
 from rdq_postgres.schema import ATTEMPT_NO_CONSTRAINT
 
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _MAYBE = "the call may or may not have taken effect; retry it (a claim token stays valid)"
 
 
 def mask_dsn(dsn: str) -> str:
-    """``dsn`` with any password replaced by ``***`` (URL or key=value form)."""
-    if "://" in dsn:
-        try:
-            parts = urlsplit(dsn)
-            netloc = parts.netloc
-            if "@" in netloc:
-                userinfo, _, hostinfo = netloc.rpartition("@")
-                if ":" in userinfo:
-                    userinfo = userinfo.split(":", 1)[0] + ":***"
-                netloc = f"{userinfo}@{hostinfo}"
-            query = parts.query
-            if query:
-                pairs = parse_qsl(query, keep_blank_values=True)
-                query = urlencode(
-                    [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*/:"
-                )
-            return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-        except ValueError:
-            return "<unparsable DSN>"
-    return _KV_PASSWORD.sub(lambda m: m.group(1) + "***", dsn)
+    """``dsn`` with every secret in it replaced by ``***``: the kit's one masker,
+    :func:`rdq_core.masking.mask_dsn`."""
+    return _mask(dsn)
 
 
 def is_retryable(exc: BaseException) -> bool:

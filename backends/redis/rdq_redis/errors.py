@@ -22,11 +22,10 @@ Cluster, or the ``rdq_check_keys`` guard anywhere), is moreover marked with the 
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 import redis.exceptions as rx
 
 from rdq_core.errors import BackendUnavailable, RdqError
+from rdq_core.masking import mask_dsn as _mask
 
 UNKNOWN = (
     "the outcome is unknown: the server may or may not have acted; retry it (a claim "
@@ -36,20 +35,9 @@ NOTHING = "nothing was done"
 
 
 def mask_dsn(dsn: str) -> str:
-    """``dsn`` with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "<unparsable DSN>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        elif userinfo:
-            userinfo = "***"
-        netloc = f"{userinfo}@{hostinfo}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """``dsn`` with every secret in it replaced by ``***``: the kit's one masker,
+    :func:`rdq_core.masking.mask_dsn`."""
+    return _mask(dsn)
 
 
 def _detail(exc: BaseException) -> str:

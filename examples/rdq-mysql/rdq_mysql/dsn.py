@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from rdq_core.errors import InvalidArgument
+from rdq_core.masking import mask_dsn as _mask
 
 SCHEMES = ("mysql", "mariadb")
 DEFAULT_PORT = 3306
@@ -42,18 +43,9 @@ class Address:
 
 
 def mask_dsn(dsn: str) -> str:
-    """``dsn`` with its password (if any) replaced by ``***``."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "<unparsable DSN>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{hostinfo}"
-    return parts._replace(netloc=netloc).geturl()
+    """``dsn`` with every secret in it replaced by ``***``: the kit's one masker,
+    :func:`rdq_core.masking.mask_dsn`."""
+    return _mask(dsn)
 
 
 def parse_dsn(dsn: object) -> Address:
