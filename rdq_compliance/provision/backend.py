@@ -236,10 +236,12 @@ class Backend(ABC):
 
     def neighbour_queues(self, count: int) -> Sequence[str] | None:
         """At least ``count`` queue names this backend stores side by side (one shard,
-        bucket, partition or collection), for the suite's queue-isolation test; ``None``
-        (the default) when it does not say, and the suite then spreads its test over so
-        many queue names that any bucketing into a few thousand buckets puts some of them
-        together (``rdq_compliance.suite.test_neighbours``)."""
+        bucket, partition or collection), for the suite's queue-isolation test and the
+        stateful machine (which plays on the first two); ``None`` (the default) when it
+        does not say, and the suite then spreads its test over so many queue names that
+        any bucketing into a few thousand buckets puts some of them together
+        (``rdq_compliance.suite.test_neighbours``), the machine on a pair drawn from its
+        seed (``rdq_compliance.queue_names``)."""
         return None
 
     def provision(self, request: ProvisionRequest) -> Server:

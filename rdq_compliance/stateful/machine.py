@@ -45,7 +45,6 @@ from rdq_compliance.stateful.world import (
     OUTCOMES,
     PAYLOADS,
     QUEUE,
-    QUEUES,
     RETRY_DELAYS,
     SELECTORS,
     TASK_IDS,
@@ -243,6 +242,7 @@ class BackendVsModel(RuleBasedStateMachine):
         programs spend their steps on what happens to tasks rather than on making them.
         The dead ones get there through the SPI like any other: enqueue, claim,
         dead-letter (checked against the model as they go)."""
+        queue = self.config.queue(queue)
         self._begin(f"start_with_tasks(pending={pending}, dead={dead}, {queue!r})", "enqueue")
         for n, task in enumerate(TASK_IDS[: dead + pending]):
             self._enqueue(NewTask(task, queue, HANDLERS[n % len(HANDLERS)]), "now")
@@ -272,6 +272,7 @@ class BackendVsModel(RuleBasedStateMachine):
         headers: dict[str, str],
         delay: str,
     ) -> None:
+        queue = self.config.queue(queue)
         self._begin(f"enqueue({task!r}, {queue!r}, delay={delay})", "enqueue")
         self._enqueue(
             NewTask(task, queue, handler, payload, headers, self.config.delay(delay)), delay
@@ -308,6 +309,7 @@ class BackendVsModel(RuleBasedStateMachine):
         lease=LEASE,
     )
     def claim(self, worker: int, queue: str, limit: int, lease: str) -> object:
+        queue = self.config.queue(queue)
         self._begin(f"claim(worker={worker}, {queue!r}, limit={limit}, lease={lease})", "claim")
         held = self._claim(worker, queue, limit, lease)
         self._settle()
@@ -334,6 +336,7 @@ class BackendVsModel(RuleBasedStateMachine):
         """One turn of a worker loop: claim, then report one outcome for every task claimed
         (``retry`` reschedules due now, ``exhausted`` dead-letters a retryable failure,
         ``crash``: the worker dies before reporting, its claims stay until they expire)."""
+        queue = self.config.queue(queue)
         self._begin(
             f"work(worker={worker}, {queue!r}, limit={limit}, lease={lease}, {outcome})", "report"
         )
@@ -408,6 +411,7 @@ class BackendVsModel(RuleBasedStateMachine):
         so the machine hands the claims on in task-id order and no lease expires inside
         the race; the set of tasks claimed, and so the program, replays exactly.
         """
+        queue = self.config.queue(queue)
         self._begin(f"claim_together({queue!r}, limit={limit})", "claim")
         lease = "long"
         td = self.config.lease(lease)
@@ -671,6 +675,7 @@ class BackendVsModel(RuleBasedStateMachine):
 
     @rule(queue=QUEUE, selector=SELECTORS)
     def redrive(self, queue: str, selector: Selector) -> None:
+        queue = self.config.queue(queue)
         self._begin(f"redrive({queue!r}, {selector!r})", "redrive")
         expected = self.model.selected_ids(queue, selector)
         t0 = self._now()
@@ -692,6 +697,7 @@ class BackendVsModel(RuleBasedStateMachine):
 
     @rule(queue=QUEUE, selector=SELECTORS)
     def purge(self, queue: str, selector: Selector) -> None:
+        queue = self.config.queue(queue)
         self._begin(f"purge({queue!r}, {selector!r})", "purge")
         t0 = self._now()
         got = attempt(self.observer.purge, queue, selector)
@@ -705,6 +711,7 @@ class BackendVsModel(RuleBasedStateMachine):
     def purge_succeeded(self, queue: str, older_than: str) -> None:
         """``zero`` deletes every SUCCEEDED task (all finished before ``t0``), ``long`` none:
         no task finishes near the cutoff, so the answer never depends on the call's time."""
+        queue = self.config.queue(queue)
         self._begin(f"purge_succeeded({queue!r}, older_than={older_than})", "purge_succeeded")
         td = timedelta(0) if older_than == "zero" else self.config.long
         t0 = self._now()
@@ -720,6 +727,7 @@ class BackendVsModel(RuleBasedStateMachine):
         filter=st.one_of(st.none(), st.sampled_from(DLQ_FILTERS)),
     )
     def dlq_first_page(self, queue: str, size: int, filter: DlqFilter | None) -> None:
+        queue = self.config.queue(queue)
         self._begin(f"dlq_list({queue!r}, {filter!r}, limit={size})", "dlq")
         what = f"dlq_list({queue!r}, {filter!r}, limit={size}) first page"
         got = attempt(self.observer.dlq_list, queue, filter, None, size)
@@ -727,7 +735,7 @@ class BackendVsModel(RuleBasedStateMachine):
         self._same("dlq-paging", what, got, want, values=False)
         if not got.ok:
             return
-        self._same_page(what, got.value, want.value)
+        self._same_page(queue, what, got.value, want.value)
         self.paging = None
         if got.value.next_cursor is not None:
             stayed = {
@@ -748,7 +756,7 @@ class BackendVsModel(RuleBasedStateMachine):
         assert p is not None
         self._begin(f"dlq_list({p.queue!r}, cursor, foreign={foreign})", "dlq")
         if foreign:
-            other = next(q for q in QUEUES if q != p.queue)
+            other = next(q for q in self.config.queues if q != p.queue)
             got = attempt(self.observer.dlq_list, other, p.filter, p.cursor, p.size)
             want = attempt(self.model.dlq_list, other, p.filter, p.model_cursor or "x", p.size)
             self._same("dlq-paging", f"dlq_list({other!r}) with a cursor of {p.queue!r}",
@@ -763,7 +771,7 @@ class BackendVsModel(RuleBasedStateMachine):
             want = attempt(self.model.dlq_list, p.queue, p.filter, p.model_cursor, p.size)
             if not want.ok:
                 raise want.error  # type: ignore[misc]
-            self._same_page(what, page, want.value)
+            self._same_page(p.queue, what, page, want.value)
             p.model_cursor = want.value.next_cursor
         else:  # the DLQ changed since the listing began: only the SPEC's promise holds
             p.model_cursor = None
@@ -785,8 +793,11 @@ class BackendVsModel(RuleBasedStateMachine):
         else:
             p.cursor = page.next_cursor
 
-    def _same_page(self, what: str, got: DlqPage, want: DlqPage) -> None:
+    def _same_page(self, queue: str, what: str, got: DlqPage, want: DlqPage) -> None:
         g_ids, w_ids = [t.id for t in got.tasks], [t.id for t in want.tasks]
+        foreign = [f"{t.id!r} of queue {t.queue!r}" for t in got.tasks if t.queue != queue]
+        if foreign:
+            self._fail("queue-isolation", f"{what}: backend listed {', '.join(foreign)}")
         if g_ids != w_ids:
             rule_id = "no-loss" if set(w_ids) - set(g_ids) else "dlq-paging"
             self._fail(rule_id, f"{what}: backend listed {g_ids}, reference {w_ids}")
@@ -822,7 +833,7 @@ class BackendVsModel(RuleBasedStateMachine):
         tasks = {tid: self._get(tid) for tid in ids}
         stats: dict[str, QueueStats] = {}
         dlq: dict[str, DlqPage] = {}
-        for q in QUEUES:
+        for q in self.config.queues:
             got = attempt(self.observer.stats, q)
             if not got.ok:
                 self._fail("stats", f"stats({q!r}) {got.describe()}")
@@ -887,10 +898,10 @@ class BackendVsModel(RuleBasedStateMachine):
                 diffs = task_differences(got, want, self.config.tolerance)
                 if diffs:
                     self._fail(self._task_rule(got, want), f"task {tid!r}: " + "; ".join(diffs))
-        for q in QUEUES:
+        for q in self.config.queues:
             self._same_stats(q, obs.stats[q], self._model_stats(q, obs), obs.t1)
             want_page = self.model.dlq_list(q, None, None, 1000)
-            self._same_page(f"dlq_list({q!r}) after the step", obs.dlq[q], want_page)
+            self._same_page(q, f"dlq_list({q!r}) after the step", obs.dlq[q], want_page)
         if self.paging is not None:
             p = self.paging
             for tid in list(p.stayed):
@@ -982,5 +993,3 @@ def _stats(s: QueueStats) -> str:
         f"pending={s.pending} due={s.due} in_flight={s.in_flight} "
         f"succeeded={s.succeeded} dead={s.dead}"
     )
-
-

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from rdq_compliance.queue_names import queue_pair
 from rdq_compliance.stateful.machine import (
     BackendVsModel,
 )
@@ -91,11 +93,21 @@ def run(
 ) -> RunStats:
     """Run the machine on ``target``; raise (with the shrunk program) if the backend
     breaks a rule. ``settings`` overrides ``profile``; ``rerun`` is the command line that
-    replays the run, for the failure note (a ``{seed}`` in it is filled in)."""
+    replays the run, for the failure note (a ``{seed}`` in it is filled in).
+
+    The machine's two queues are ``config.queues`` when a config is given, else
+    :func:`~rdq_compliance.queue_names.queue_pair` of the target's backend (a
+    :class:`~rdq_compliance.session.Session` has one) and the seed: the backend's
+    neighbour queues, or a pair drawn from the seed."""
     stats = stats if stats is not None else RunStats()
     used_seed = pick_seed(profile, seed)
     chosen = settings if settings is not None else settings_for(profile, database)
-    cfg = config or MachineConfig()
+    if config is not None:
+        cfg = config
+    else:
+        cfg = replace(
+            MachineConfig(), queues=queue_pair(getattr(target, "backend", None), used_seed)
+        )
 
     def machine() -> BackendVsModel:
         return BackendVsModel(target, cfg, stats)
@@ -109,7 +121,8 @@ def run(
         note = (
             f"rdq stateful machine: backend {target.name!r}, profile {profile!r}, seed "
             f"{used_seed}, {stats.examples} examples, {stats.steps} steps, "
-            f"{time.perf_counter() - stats.started:.1f}s."
+            f"{time.perf_counter() - stats.started:.1f}s; the program's queues qa and qb "
+            f"are stored as {cfg.queues[0]!r} and {cfg.queues[1]!r}."
         )
         if rerun:
             note += f"\nReplay: {rerun.format(seed=used_seed)}"

@@ -22,6 +22,10 @@ from rdq_core.model import (
 
 #: Task ids; a small pool, so duplicates and ids of another queue come up often.
 TASK_IDS = ("t0", "t1", "t2", "t3")
+#: The machine's two queues as a program names them; :attr:`MachineConfig.queues` holds
+#: the names stored (``qa`` is the first, ``qb`` the second), which the runner takes from
+#: :func:`rdq_compliance.queue_names.queue_pair`: the backend's neighbour queues, when it
+#: names them, else a pair drawn from the run's seed.
 QUEUES = ("qa", "qb")
 HANDLERS = ("h1", "h2")
 #: How many logical workers, each with its own connection.
@@ -76,6 +80,12 @@ class MachineConfig:
     thread_timeout: float = 30.0
     #: How long the storage clock may take to pass an ``instant`` deadline.
     settle_timeout: float = 30.0
+    #: The queue names stored for the program's ``qa`` and ``qb``.
+    queues: tuple[str, str] = QUEUES
+
+    def queue(self, label: str) -> str:
+        """The name stored for the program's queue ``label``."""
+        return self.queues[QUEUES.index(label)]
 
     def lease(self, tier: str) -> timedelta:
         return {"instant": self.instant, "long": self.long}[tier]
@@ -86,5 +96,3 @@ class MachineConfig:
         if tier == "past":
             return self.past
         return self.lease(tier)
-
-

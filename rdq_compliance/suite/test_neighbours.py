@@ -15,15 +15,12 @@ a CRC32 bucket of 4,096).
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
+from rdq_compliance.queue_names import BadNeighbourQueues, named_neighbours, spread_names
 from rdq_compliance.rules import message
 from rdq_compliance.suite import dlq_support as s
 from rdq_compliance.suite.helpers import LONG_LEASE
-from rdq_core import validation
-from rdq_core.errors import InvalidArgument
 from rdq_core.model import ByIds, DlqFilter, QueueStats, Status
 
 pytestmark = pytest.mark.rdq_conformance
@@ -32,36 +29,19 @@ pytestmark = pytest.mark.rdq_conformance
 SPREAD = 512
 #: The fewest, on a server whose ``race_size`` says it is slow.
 FLOOR = 192
-#: The names' alphabet and seed.
-_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-_SEED = 22
-
-
-def spread_names(count: int) -> list[str]:
-    """``count`` distinct queue names drawn from a fixed seed (the same every run)."""
-    rng = random.Random(_SEED)
-    names: dict[str, None] = {}
-    while len(names) < count:
-        names["nb-" + "".join(rng.choice(_ALPHABET) for _ in range(10))] = None
-    return list(names)
 
 
 def neighbour_queues(backend: object, server: object) -> list[str]:
     """The backend's neighbour queues, else :data:`SPREAD` names (scaled down to
     :data:`FLOOR` by the server's ``race_size``)."""
-    named = backend.neighbour_queues(8)  # type: ignore[attr-defined]
+    try:
+        named = named_neighbours(backend, 8)
+    except BadNeighbourQueues as exc:
+        pytest.fail(str(exc))
     if named is None:
         size = min(1.0, float(getattr(server, "race_size", 1.0)))
         return spread_names(max(FLOOR, round(SPREAD * size)))
-    names = list(dict.fromkeys(named))
-    try:
-        for name in names:
-            validation.queue_name(name)
-    except InvalidArgument as exc:
-        pytest.fail(f"Backend.neighbour_queues gave a name the SPI refuses: {exc}")
-    if len(names) < 2:
-        pytest.fail(f"Backend.neighbour_queues(8) gave {names!r}: at least 2 distinct names")
-    return names
+    return named
 
 
 def test_queues_stored_side_by_side_stay_apart(rdq_storage, rdq_backend, rdq_server):
