@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -134,6 +134,24 @@ class RunTracker:
         return runs
 
 
+class LeaseTracker:
+    """The lease expiry (µs, by the storage's clock) each claim token of a worker was last
+    given, by a claim or a heartbeat, read from the worker's journal."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[str, int] = {}
+        self.expiry: dict[str, int] = {}
+
+    def update(self, journal: Path, proc: str) -> None:
+        for event in _new_events(journal, proc, self._offsets, b'"lease_expires_at"'):
+            if event.get("type") != OK:
+                continue
+            stamped = event.get("claims") if event.get("op") == "claim" else [event]
+            for item in stamped or ():
+                if isinstance(item, dict) and isinstance(item.get("lease_expires_at"), int):
+                    self.expiry[str(item.get("token"))] = item["lease_expires_at"]
+
+
 class ClaimTracker:
     """The newest claim token of every task, read from all the workers' journals."""
 
@@ -235,6 +253,7 @@ class Nemesis:
         self._draining = False
         self._runs = RunTracker()
         self._claims = ClaimTracker()
+        self._leases = LeaseTracker()
         self._states = {family.name: family.new_state() for family in self.families}
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -370,6 +389,13 @@ class Nemesis:
     def held_claims(self, w: WorkerProc) -> dict[str, str]:
         """The claims ``w`` is running a handler for, by its journal: token -> task id."""
         return dict(self._runs.held(self.fleet.history_dir / f"{w.name}.jsonl", w.name))
+
+    def lease_expiry(self, w: WorkerProc, tokens: Iterable[str]) -> float | None:
+        """The earliest lease expiry (epoch seconds, storage clock) of ``w``'s claims
+        ``tokens``, by its journal; ``None`` when none is known."""
+        self._leases.update(self.fleet.history_dir / f"{w.name}.jsonl", w.name)
+        known = [self._leases.expiry[t] for t in tokens if t in self._leases.expiry]
+        return min(known) / 1e6 if known else None
 
     def reclaimed(self, held: dict[str, str]) -> bool:
         """Whether another claim of one of these tasks has been made since (by the

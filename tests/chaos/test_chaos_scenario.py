@@ -34,6 +34,9 @@ def test_standard_suite_meets_the_bar():
         for p in ("after_claim", "in_handler", "before_report", "after_report")
     )
     assert s.faults.pauses >= 5 and s.faults.pause_factor[0] > 1
+    # pauses that wake the worker around its lease's expiry, racing the reclaim
+    lo, hi = s.faults.near_lease_factor
+    assert s.faults.near_lease >= 5 and lo < 1 < hi
     assert s.faults.server_restarts == 1 and s.faults.connection_cuts >= 1
     assert s.faults.server_pauses >= 1 and s.faults.server_pause_factor[0] > 1
     assert s.faults.redrive_interval
@@ -50,6 +53,7 @@ def test_compact_suite_keeps_every_fault_kind_of_the_standard_one():
     kinds = ("after_claim", "in_handler", "before_report", "after_report", "random")
     assert all(compact.faults.sigkill.get(p, 0) > 0 for p in kinds)
     assert compact.faults.pauses > 0 and compact.faults.pause_factor[0] > 1
+    assert compact.faults.near_lease > 0
     assert compact.faults.server_restarts == 1 and compact.faults.connection_cuts >= 1
     assert compact.faults.server_pauses == standard.faults.server_pauses
     assert compact.faults.redrive_interval
@@ -160,7 +164,11 @@ def test_plan_has_the_scenarios_faults_in_the_window():
     plan = plan_faults(s, ALL_FAULTS, durable=True)
     kinds = [f.kind for f in plan.faults]
     assert kinds.count("kill") == s.faults.kills
-    assert kinds.count("pause") == s.faults.pauses
+    assert kinds.count("pause") == s.faults.pauses + s.faults.near_lease
+    near = [f for f in plan.faults if f.kind == "pause" and f.point == "near_lease"]
+    assert len(near) == s.faults.near_lease > 0
+    lease = s.workers.lease
+    assert all(0.9 * lease <= f.duration <= 1.4 * lease for f in near)
     assert kinds.count("server_restart") == 1
     assert kinds.count("server_pause") == s.faults.server_pauses
     assert kinds.count("cut_connections") == s.faults.connection_cuts
@@ -172,7 +180,8 @@ def test_plan_has_the_scenarios_faults_in_the_window():
     for f in plan.faults:
         assert s.faults.warmup <= f.at <= s.duration
         if f.kind in ("pause", "server_pause"):
-            assert f.duration > s.workers.lease  # past the lease
+            if f.point != "near_lease":
+                assert f.duration > s.workers.lease  # past the lease
             assert f.at + f.duration <= s.duration
         if f.slot is not None:
             assert 0 <= f.slot < s.workers.count

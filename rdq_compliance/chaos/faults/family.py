@@ -32,7 +32,7 @@ the built-in ones are listed in :mod:`rdq_compliance.chaos.faults.registry`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -170,6 +170,8 @@ class NemesisContext(Protocol):
     def draining(self) -> bool: ...
 
     def held_claims(self, w: WorkerProc) -> dict[str, str]: ...
+
+    def lease_expiry(self, w: WorkerProc, tokens: Iterable[str]) -> float | None: ...
 
     def reclaimed(self, held: dict[str, str]) -> bool: ...
 

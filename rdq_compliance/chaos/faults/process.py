@@ -19,7 +19,17 @@ Both land while tasks are still becoming due (so every kill point occurs):
   worker has claimed one of the tasks the paused one was running (by the journals): on a
   loaded machine the other workers may be seconds behind the due work, and a worker
   resumed before anyone reclaimed its task is no zombie (counted as
-  ``pauses_extended``; at the drain it is resumed at once).
+  ``pauses_extended``; at the drain it is resumed at once);
+- ``pause_near_lease`` (``[faults.pause_near_lease]``: ``count``, ``factor`` drawn
+  *around* 1, default ``[0.9, 1.4]``): a busy worker SIGSTOPped until ``lease * factor``
+  after its held lease was last stamped (the claim's or the heartbeat's
+  ``lease_expires_at`` in its journal, minus the lease: factor 1 wakes it at the
+  expiry), and resumed on time, never held for a reclaim; without a stamp in its
+  journal, the pause lasts ``lease * factor``. It wakes while the other workers are
+  reclaiming the same tasks. Its outcome,
+  its heartbeat and their reclaim race (SPEC: the holder may still report while nobody
+  has reclaimed; after the reclaim it is refused), where a pause well past the lease
+  only ever meets an already reclaimed task.
 
 A killed worker (by the harness or itself) is replaced at once by a fresh process. At
 the drain, armed workers are disarmed and paused ones resumed.
@@ -61,6 +71,8 @@ KILL_POINTS: tuple[str, ...] = (
     "after_report",
     "random",
 )
+#: The ``point`` of a pause drawn around the lease (``[faults.pause_near_lease]``).
+NEAR_LEASE = "near_lease"
 #: An armed worker that has not killed itself after this many leases is killed by us.
 ARM_TIMEOUT = 4.0
 #: A pause whose worker's tasks nobody has reclaimed yet is held up to this many times
@@ -74,6 +86,9 @@ class ProcessSettings:
     pauses: int = 0
     #: A pause lasts ``lease * factor`` with factor drawn from this range (> 1: past the lease).
     pause_factor: tuple[float, float] = (2.0, 3.0)
+    #: Pauses that wake the worker around its lease's expiry, and their factor range.
+    near_lease: int = 0
+    near_lease_factor: tuple[float, float] = (0.9, 1.4)
 
     @property
     def kills(self) -> int:
@@ -84,6 +99,8 @@ class ProcessSettings:
 class ProcessCounts(Counts):
     kills: Counter[str] = field(default_factory=Counter)
     pauses: int = 0
+    #: of ``pauses``, those drawn around the lease (``pause_near_lease``)
+    near_lease: int = 0
     resumes: int = 0
     #: pauses held past their planned length until a task of the worker was reclaimed
     extended: int = 0
@@ -102,6 +119,7 @@ class ProcessCounts(Counts):
             "kills": dict(sorted(self.kills.items())),
             "total_kills": self.total_kills,
             "pauses": self.pauses,
+            "pauses_near_lease": self.near_lease,
             "resumes": self.resumes,
             "pauses_extended": self.extended,
             "arm_timeouts": self.arm_timeouts,
@@ -110,7 +128,7 @@ class ProcessCounts(Counts):
 
 class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
     name = "process"
-    tables = ("sigkill", "pause")
+    tables = ("sigkill", "pause", "pause_near_lease")
     kinds = (Kind("pause", 70), Kind("kill", 80))
     rows = (
         Row(
@@ -126,8 +144,13 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
             "pauses",
             label="pauses",
             summary="worker pauses",
-            said=lambda c: f"{c.pauses} pauses past the lease",
+            said=lambda c: (
+                f"{c.pauses - c.near_lease} pauses past the lease, {c.near_lease} around its expiry"
+                if c.near_lease
+                else f"{c.pauses} pauses past the lease"
+            ),
         ),
+        Row(21, "pauses_near_lease", summary="worker pauses around the lease expiry"),
     )
     marks = ("kill", "pause", "resume")
     # No requirement: a pause that overlaps a server freeze or restart sees its reclaims
@@ -157,10 +180,20 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
         pauses = pt.count(100_000)
         factor = pt.lease_factor(ProcessSettings.pause_factor, "a pause")
         pt.done(("count", "factor"))
-        return ProcessSettings(sigkill=sigkill, pauses=pauses, pause_factor=factor)
+        nt = faults.table("pause_near_lease")
+        near = nt.count(100_000)
+        near_factor = nt.number_range("factor", ProcessSettings.near_lease_factor, low=0.1)
+        nt.done(("count", "factor"))
+        return ProcessSettings(
+            sigkill=sigkill,
+            pauses=pauses,
+            pause_factor=factor,
+            near_lease=near,
+            near_lease_factor=(float(near_factor[0]), float(near_factor[1])),
+        )
 
     def in_window(self, settings: ProcessSettings) -> bool:
-        return bool(settings.kills or settings.pauses)
+        return bool(settings.kills or settings.pauses or settings.near_lease)
 
     def plan(self, settings: ProcessSettings, ctx: PlanContext) -> list[PlannedFault]:
         rng = ctx.rng
@@ -173,6 +206,10 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
             length = round(ctx.lease * rng.uniform(*settings.pause_factor), 6)
             at = ctx.when(min(ctx.busy, ctx.window - length))
             out.append(PlannedFault(at, "pause", rng.randrange(ctx.slots), None, length))
+        for _ in range(settings.near_lease):
+            length = round(ctx.lease * rng.uniform(*settings.near_lease_factor), 6)
+            at = ctx.when(min(ctx.busy, ctx.window - length))
+            out.append(PlannedFault(at, "pause", rng.randrange(ctx.slots), NEAR_LEASE, length))
         return out
 
     # ---- applying -------------------------------------------------------------------------
@@ -199,11 +236,24 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
             return False
         assert fault.duration is not None
         counts = ctx.counts(self)
-        ctx.journal_fault("pause", w, duration=fault.duration)
+        near = fault.point == NEAR_LEASE
+        duration = fault.duration
         ctx.fleet.pause(w)
         held = ctx.held_claims(w)
+        if near:
+            # Wake at (the lease's last stamp) + lease * factor: factor 1 is the expiry.
+            # A pause around the lease is resumed on time: it is there to race the reclaim.
+            expiry = ctx.lease_expiry(w, held)
+            if expiry is not None:
+                wake = expiry + fault.duration - ctx.lease
+                duration = round(min(max(wake - time.time(), 0.05), fault.duration), 6)
+            held = {}
+            ctx.journal_fault("pause", w, duration=duration, near_lease=True)
+        else:
+            ctx.journal_fault("pause", w, duration=duration)
         paused_at = ctx.clock()
         counts.pauses += 1
+        counts.near_lease += near
 
         def resume() -> bool:
             if not w.paused:
@@ -212,18 +262,18 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
             if (
                 held
                 and not ctx.draining
-                and waited < fault.duration * EXTEND_UP_TO
+                and waited < duration * EXTEND_UP_TO
                 and not ctx.reclaimed(held)
             ):
                 return False  # no zombie yet: looked at again at the next tick
-            if waited > fault.duration + 0.25:
+            if waited > duration + 0.25:
                 counts.extended += 1
             ctx.fleet.resume(w)
             ctx.journal_fault("resume", w)
             counts.resumes += 1
             return True
 
-        ctx.later(fault.duration, resume, f"resume {w.name}")
+        ctx.later(duration, resume, f"resume {w.name}")
         return True
 
     def tick(self, ctx: NemesisContext, now: float) -> None:
