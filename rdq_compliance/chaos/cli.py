@@ -4,6 +4,7 @@
 
     rdq-chaos run chaos/standard.toml [--backend NAME] [--seed N] [--dsn DSN]
               [--out DIR] [--option KEY=VALUE ...] [--no-docker]
+    rdq-chaos soak chaos/standard.toml --runs 50 [--seed BASE] [...the same options]
 
 Resolves its settings exactly as the pytest plugin does (:mod:`rdq_compliance.settings`:
 command line, then ``RDQ_*`` environment variables, then ``[tool.rdq]`` of the nearest
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.metadata
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,9 +37,10 @@ from rdq_compliance import registry
 from rdq_compliance.chaos.campaign_result import CampaignResult, Progress, replay_command
 from rdq_compliance.chaos.faults.display import fault_details, fault_phrases, live_rows
 from rdq_compliance.chaos.runner import provision_and_run
-from rdq_compliance.chaos.scenario import ScenarioError, check_seed, load_scenario
+from rdq_compliance.chaos.scenario import Scenario, ScenarioError, check_seed, load_scenario
+from rdq_compliance.chaos.soak import SoakResult, SoakRun, run_soak
 from rdq_compliance.session import NoBackendSelected
-from rdq_compliance.settings import describe, find_rootpath, mask_dsn, resolve
+from rdq_compliance.settings import Settings, describe, find_rootpath, mask_dsn, resolve
 from rdq_core.errors import InvalidArgument, RdqError
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_USAGE = 0, 1, 2
@@ -62,8 +66,18 @@ else a container where Docker answers.
 """
 
 
+def _version() -> str:
+    """The installed ``rdq`` distribution's version (``unknown`` when run from a bare
+    source tree that was never installed)."""
+    try:
+        return importlib.metadata.version("rdq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (rdq is not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rdq-chaos", description="rdq chaos campaigns against a backend")
+    parser.add_argument("--version", action="version", version=f"rdq-chaos {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser(
         "run",
@@ -72,30 +86,56 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=PRECEDENCE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("scenario", type=Path, help="a scenario file, e.g. chaos/standard.toml")
-    run.add_argument(
+    _common(run)
+    run.add_argument("--seed", type=int, help="override the scenario's seed (replays a run)")
+    run.add_argument("--out", type=Path, help="report folder (default: chaos-reports/...)")
+    run.add_argument("--quiet", action="store_true", help="no live display")
+    soak = sub.add_parser(
+        "soak",
+        help="run a scenario N times with fresh seeds; count the alarms",
+        description="Run a scenario --runs times on one server, each campaign with its own "
+        "seed drawn from --seed, and report the runs that were not ok (on a correct "
+        "backend: the kit's false alarms). Writes soak.json and each run's report folder.",
+        epilog=PRECEDENCE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(soak)
+    soak.add_argument("--runs", type=int, required=True, help="how many campaigns (>= 1)")
+    soak.add_argument(
+        "--seed",
+        type=int,
+        help="the base seed the runs' seeds are drawn from (default: a fresh one, printed)",
+    )
+    soak.add_argument("--out", type=Path, help="soak folder (default: chaos-reports/soak-...)")
+    soak.add_argument(
+        "--keep-passing",
+        action="store_true",
+        help="keep the history of passing runs too (by default only failing runs keep it)",
+    )
+    return parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", type=Path, help="a scenario file, e.g. chaos/standard.toml")
+    p.add_argument(
         "--backend",
         help="an rdq.backends name (or module:attr); default: RDQ_BACKEND, [tool.rdq] backend",
     )
-    run.add_argument("--seed", type=int, help="override the scenario's seed (replays a run)")
-    run.add_argument(
+    p.add_argument(
         "--dsn",
         help="use this server instead of provisioning one; default: RDQ_<BACKEND>_DSN, "
         "RDQ_DSN, [tool.rdq] dsn",
     )
-    run.add_argument("--out", type=Path, help="report folder (default: chaos-reports/...)")
-    run.add_argument(
+    p.add_argument(
         "--option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="a backend-specific setting (repeatable); also RDQ_OPTION_<KEY>",
     )
-    run.add_argument(
+    p.add_argument(
         "--no-docker", action="store_true", help="never try containers (also RDQ_NO_DOCKER=1)"
     )
-    run.add_argument("--quiet", action="store_true", help="no live display")
-    return parser
 
 
 def _progress_table(p: Progress, scenario_name: str, backend: str) -> Table:
@@ -172,8 +212,9 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     console.print(f"  report: {result.outdir}  (timeline: {result.files.get('timeline')})")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
+def _load(args: argparse.Namespace, err: Console) -> tuple[Scenario, Settings] | None:
+    """The scenario (its seed overridden by ``--seed``) and the resolved settings, or
+    ``None`` after printing why not."""
     try:
         scenario = load_scenario(args.scenario)
         if args.seed is not None:
@@ -190,23 +231,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         registry.load_backend(settings.backend)
     except (ScenarioError, InvalidArgument, registry.UnknownBackend) as exc:
         err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+        return None
+    return scenario, settings
+
+
+def _typed_dsn(settings: Settings) -> str | None:
+    """The DSN for a replay command: only when it was typed (a password masked); one
+    from the environment or pyproject.toml is found there again."""
+    typed = settings.dsn if settings.sources.get("dsn") == "command line" else None
+    return mask_dsn(typed) if typed else None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    loaded = _load(args, err)
+    if loaded is None:
         return EXIT_USAGE
+    scenario, settings = loaded
     backend = settings.backend
+    assert backend is not None
     out = args.out or _default_out(scenario.name, backend, scenario.seed)
     try:
         _log_to(out / "logs" / "harness.log")
     except OSError as exc:
         err.print(f"rdq-chaos: error: cannot write the report folder {out}: {exc}")
         return EXIT_USAGE
-    # The DSN goes into the replay command only when it was typed (a password masked);
-    # one from the environment or pyproject.toml is found there again.
-    typed_dsn = settings.dsn if settings.sources.get("dsn") == "command line" else None
     command = replay_command(
-        scenario,
-        backend,
-        scenario.seed,
-        mask_dsn(typed_dsn) if typed_dsn else None,
-        options=settings.options,
+        scenario, backend, scenario.seed, _typed_dsn(settings), options=settings.options
     )
     console = Console()
     console.print(f"rdq-chaos: {describe(settings)}", highlight=False, markup=False)
@@ -243,10 +294,104 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _soak_line(run: SoakRun, soak: SoakResult, total: int) -> str:
+    faults = "; ".join(f for f in run.faults if not f.startswith("0 ")) or "no faults"
+    verdict = run.verdict
+    if run.rules:
+        verdict += " (" + ", ".join(f"{k} x{n}" for k, n in sorted(run.rules.items())) + ")"
+    if run.unmet:
+        verdict += " (not exercised: " + ", ".join(run.unmet) + ")"
+    return (
+        f"run {run.index}/{total} seed {run.seed}: {verdict}, {run.duration:.1f}s; "
+        f"{faults}  [alarms so far: {len(soak.alarms)}]"
+    )
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    if args.runs < 1:
+        err.print(f"rdq-chaos: error: --runs must be at least 1, got {args.runs}")
+        return EXIT_USAGE
+    base = args.seed
+    args.seed = None  # the base seed draws the runs' seeds; it is not a campaign's seed
+    loaded = _load(args, err)
+    if loaded is None:
+        return EXIT_USAGE
+    scenario, settings = loaded
+    backend = settings.backend
+    assert backend is not None
+    if base is None:
+        base = secrets.randbelow(2**31)
+    else:
+        try:
+            check_seed(base, "--seed")
+        except ScenarioError as exc:
+            err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+            return EXIT_USAGE
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = backend.replace(":", "_").replace("/", "_")
+    out = args.out or Path("chaos-reports") / f"soak-{scenario.name}-{safe}-base{base}-{stamp}"
+    try:
+        _log_to(out / "harness.log")
+    except OSError as exc:
+        err.print(f"rdq-chaos: error: cannot write the soak folder {out}: {exc}")
+        return EXIT_USAGE
+    console = Console()
+    console.print(f"rdq-chaos: {describe(settings)}", highlight=False, markup=False)
+    console.print(
+        f"soak: {args.runs} runs of {scenario.name}, seeds drawn from base seed {base} "
+        f"(replay the soak with --seed {base})",
+        highlight=False,
+    )
+
+    def on_run(run: SoakRun, soak: SoakResult) -> None:
+        style = "green" if run.ok else "red"
+        console.print(_soak_line(run, soak, args.runs), style=style, highlight=False, markup=False)
+
+    try:
+        soak = run_soak(
+            scenario,
+            settings=settings,
+            runs=args.runs,
+            base_seed=base,
+            outdir=out,
+            keep_passing=args.keep_passing,
+            on_run=on_run,
+            dsn_for_replay=_typed_dsn(settings),
+        )
+    except KeyboardInterrupt:
+        err.print(f"rdq-chaos: interrupted; what was measured is in {out / 'soak.json'}")
+        return 130
+    except (RdqError, OSError) as exc:
+        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+        return EXIT_USAGE
+    alarms = soak.alarms
+    per_run = soak.as_dict()["run_seconds"]
+    assert isinstance(per_run, dict)
+    spread = "/".join(str(per_run[k]) for k in ("min", "mean", "max"))
+    console.print(
+        f"[bold]soak[/] {scenario.name} on [bold]{soak.backend}[/] ({soak.server_origin}): "
+        f"{len(soak.runs)} runs in {soak.duration:.0f}s (per run min/mean/max {spread}s), "
+        f"{len(alarms)} not ok",
+        highlight=False,
+    )
+    for run in alarms:
+        console.print(
+            f"  not ok: seed {run.seed}: {run.verdict}; replay: {run.replay}",
+            style="red",
+            highlight=False,
+            markup=False,
+        )
+    console.print(f"  soak.json: {out / 'soak.json'}", highlight=False)
+    return EXIT_VIOLATIONS if alarms else EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "soak":
+        return cmd_soak(args)
     return EXIT_USAGE  # pragma: no cover - argparse requires a command
 
 
