@@ -12,7 +12,7 @@ layer                        proof (reads :func:`cases`)
 :class:`Suite`               ``tests/test_kit_catches_bug_classes.py`` (memory),
                              ``tests/backends/redis/test_redis_variants.py``,
                              ``tests/backends/mongo/test_mongo_variants.py``,
-                             ``tests/test_late_outcome_variants.py`` (SQLite and
+                             ``tests/test_store_suite_variants.py`` (SQLite and
                              PostgreSQL)
 :class:`Machine`             ``tests/test_stateful_finds_bugs.py``
 :class:`Campaign`            ``tests/chaos/test_chaos_finds_bugs.py`` (the standard
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KIT = "tests/test_kit_catches_bug_classes.py"
 REDIS_SUITE = "tests/backends/redis/test_redis_variants.py"
 MONGO_SUITE = "tests/backends/mongo/test_mongo_variants.py"
-LATE_SUITE = "tests/test_late_outcome_variants.py"
+STORE_SUITE = "tests/test_store_suite_variants.py"
 MACHINE = "tests/test_stateful_finds_bugs.py"
 STANDARD = "tests/chaos/test_chaos_finds_bugs.py"
 FREEZE = "tests/chaos/test_chaos_server_freeze.py"
@@ -282,6 +282,9 @@ _REDRIVEN = (
     "test_redriven_task_is_pending_due_now_with_count_reset_and_history_kept"
 )
 _EXPIRED = "test_lease.py::test_expired_lease_is_reclaimed_with_a_lease_expired_attempt"
+_NEIGHBOURS = "test_neighbours.py::test_queues_stored_side_by_side_stay_apart"
+_DLQ_ORDER = "test_dlq.py::test_dlq_pages_in_dead_letter_order_when_ids_sort_the_other_way"
+_INTERLEAVED = "test_claim.py::test_expired_leases_and_due_tasks_are_claimed_in_one_due_order"
 _LATE = "test_late_outcome.py::test_a_late_outcome_and_a_reclaim_never_both_win"
 _LATE_MACHINE = (
     "the machine makes one call at a time: a late outcome never lands between a reclaim's "
@@ -292,6 +295,13 @@ _LATE_CAMPAIGN = (
     "reports after the reclaim has committed (measured: the whole conformance suite but "
     "test_late_outcome.py passes it too)"
 )
+
+
+def _late(catch: Suite) -> _Excused:
+    """The late-outcome variant of one store: caught by ``catch`` only."""
+    return _excused(catch, machine=_LATE_MACHINE, campaign=_LATE_CAMPAIGN)
+
+
 _RECLAIM_AFTER_REDRIVE = "test_history.py::test_reclaim_after_redrive_numbers_from_history"
 _CLUSTER_KEYS = {
     "test_enqueue.py::test_payload_bytes_round_trip": "cluster-keys",
@@ -404,21 +414,11 @@ CLASSES: tuple[BugClass, ...] = (
             "5.3", "reclaim_overwrites_late_outcome",
             "§2/§5.3 (extra) reclaim reads without a lock and saves unguarded: a late "
             "outcome committed between is overwritten",
-            memory=_excused(
-                _kit({_LATE: "terminal-final"}),
-                machine=_LATE_MACHINE,
-                campaign=_LATE_CAMPAIGN,
-            ),
-            sqlite=_excused(
-                Suite(LATE_SUITE, {_LATE: "terminal-final"}),
-                machine=_LATE_MACHINE,
-                campaign=_LATE_CAMPAIGN,
-            ),
-            postgres=_excused(
-                Suite(LATE_SUITE, {_LATE: "terminal-final"}),
-                machine=_LATE_MACHINE,
-                campaign=_LATE_CAMPAIGN,
-            ),
+            memory=_late(_kit({_LATE: "terminal-final"})),
+            sqlite=_late(Suite(STORE_SUITE, {_LATE: "terminal-final"})),
+            postgres=_late(Suite(STORE_SUITE, {_LATE: "terminal-final"})),
+            redis=_late(Suite(REDIS_SUITE, {_LATE: "terminal-final"})),
+            mongo=_late(Suite(MONGO_SUITE, {_LATE: "terminal-final"})),
         )
         + _bug(
             "5.3", "outcome_fenced_by_clock",
@@ -616,18 +616,13 @@ CLASSES: tuple[BugClass, ...] = (
             "5.7", "dlq_cursor_compares_ids_only",
             "§4/§5.7 (extra) the DLQ's keyset cursor compares ids, not (dead time, id)",
             memory=_excused(
-                _kit(
-                    {
-                        "test_dlq.py::"
-                        "test_dlq_pages_in_dead_letter_order_when_ids_sort_the_other_way": (
-                            "dlq-paging"
-                        ),
-                    }
-                ),
+                _kit({_DLQ_ORDER: "dlq-paging"}),
                 machine="the machine's drawn ids find it too (it failed the variant in the "
                 "run that added it), not proved here: the conformance test is the one "
                 "written for it",
             ),
+            sqlite=Suite(STORE_SUITE, {_DLQ_ORDER: "dlq-paging"}),
+            postgres=Suite(STORE_SUITE, {_DLQ_ORDER: "dlq-paging"}),
         )
         + _bug(
             "5.7", "purge_any_status", "§5.7 (extra) task lost: purge by ids deletes live tasks",
@@ -693,24 +688,21 @@ CLASSES: tuple[BugClass, ...] = (
         + _bug(
             "5.9", "queues_bucketed",
             "§5.9 (extra) queues kept apart by hash bucket, not by name: two of one bucket mix",
-            memory=_excused(
-                _kit({"test_neighbours.py::test_queues_stored_side_by_side_stay_apart": (
-                    "queue-isolation"
-                )}),
-                machine="the machine draws a handful of queue names: two share one of the "
-                "4,096 buckets about once in a few hundred runs",
-            ),
+            # the memory variant names its neighbour queues, and the machine plays on two of
+            # them; the SQLite and PostgreSQL variants name none (the suite's spread names)
+            memory=(_kit({_NEIGHBOURS: "queue-isolation"}), _m("queue-isolation")),
+            sqlite=Suite(STORE_SUITE, {_NEIGHBOURS: "queue-isolation"}),
+            postgres=Suite(STORE_SUITE, {_NEIGHBOURS: "queue-isolation"}),
         )
         + _bug(
             "5.9", "pending_before_expired_leases",
             "§5.9 (extra) due PENDING tasks served before expired leases",
             memory=_excused(
-                _kit({"test_claim.py::"
-                      "test_expired_leases_and_due_tasks_are_claimed_in_one_due_order": (
-                          "claim-order"
-                      )}),
+                _kit({_INTERLEAVED: "claim-order"}),
                 machine="not proved here: the conformance test is the one written for it",
             ),
+            sqlite=Suite(STORE_SUITE, {_INTERLEAVED: "claim-order"}),
+            postgres=Suite(STORE_SUITE, {_INTERLEAVED: "claim-order"}),
         )
         + _bug(
             "5.9", "newest_first", "§5.9 ordering by due time ignored (newest first)",

@@ -21,6 +21,7 @@ itself is faithful, so a failure of a variant is its one change.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import zlib
@@ -31,6 +32,7 @@ from typing import ClassVar
 
 from rdq_memory.plugin import MemoryBackend
 
+from rdq_compliance.queue_names import spread_names
 from rdq_core import cursor as cursors
 from rdq_core import validation
 from rdq_core.errors import InvalidArgument, StaleClaim
@@ -1133,7 +1135,25 @@ heartbeat_keeps_the_claims_lease = _backend(
 )
 limit_ignored = _backend(LimitIgnored, "limit-ignored")
 queues_not_isolated = _backend(QueuesNotIsolated, "queues-not-isolated")
-queues_bucketed = _backend(QueuesBucketed, "queues-bucketed")
+class _NamesItsBuckets(MemoryBackend):
+    """The bucketing store's backend, which names its neighbour queues (the hook a
+    bucketing store's author fills): queue names that share one of its buckets."""
+
+    def neighbour_queues(self, count: int) -> list[str]:
+        return list(_one_bucket(count))
+
+
+@functools.cache
+def _one_bucket(count: int) -> tuple[str, ...]:
+    """``count`` spread names that share the first one's bucket (drawn once per count:
+    finding them walks some 100,000 names)."""
+    want = QueuesBucketed.BUCKETS
+    names = spread_names(count * want * 4)
+    bucket = zlib.crc32(names[0].encode()) % want
+    return tuple(n for n in names if zlib.crc32(n.encode()) % want == bucket)[:count]
+
+
+queues_bucketed = _NamesItsBuckets(QueuesBucketed, "broken-queues-bucketed")
 newest_first = _backend(NewestFirst, "newest-first")
 pending_before_expired_leases = _backend(
     PendingBeforeExpiredLeases, "pending-before-expired-leases"

@@ -9,6 +9,8 @@
 - ``reclaim_overwrites_late_outcome`` (only the conformance race of late outcomes
   against reclaims, ``test_late_outcome.py``, exposes it): claims serialised by an
   advisory lock, the due rows read without ``FOR UPDATE`` and saved as read.
+- ``pending_before_expired_leases`` (only the conformance test of claims with expired
+  leases and due PENDING tasks interleaved in due time): PENDING rows claimed first.
 - ``acks_timed_out_reports`` (only a server freeze exposes it) and
   ``hb_timeout_taken_as_extended`` (only a network partition): a call the server left
   unanswered taken as applied (:mod:`tests.broken._unanswered`).
@@ -133,21 +135,20 @@ LIMIT %(limit)s
 #: saved whole (the terminal columns cleared with the rest).
 _LOCKED_PICK = """    FOR UPDATE SKIP LOCKED
 """
-_SAVE = (
-    queries._CLAIM.replace(
-        """    SELECT seq, id, status, claimed_at, due_at
+_SAVE = queries._CLAIM.replace(
+    """    SELECT seq, id, status, claimed_at, due_at
     FROM {tasks}
     WHERE queue = %(queue)s AND due_at <= now()
     ORDER BY due_at, seq
     LIMIT %(limit)s
-""" + _LOCKED_PICK,
-        """    SELECT * FROM unnest(%(seqs)s::bigint[], %(ids)s::text[], %(statuses)s::text[],
+"""
+    + _LOCKED_PICK,
+    """    SELECT * FROM unnest(%(seqs)s::bigint[], %(ids)s::text[], %(statuses)s::text[],
                          %(claimed)s::timestamptz[], %(dues)s::timestamptz[])
         AS p(seq, id, status, claimed_at, due_at)
 """,
-    ).replace(
-        "SET status = 'IN_FLIGHT',", "SET status = 'IN_FLIGHT', dead_at = NULL, finished_at = NULL,"
-    )
+).replace(
+    "SET status = 'IN_FLIGHT',", "SET status = 'IN_FLIGHT', dead_at = NULL, finished_at = NULL,"
 )
 assert "unnest" in _SAVE and "dead_at = NULL" in _SAVE, "the reference claim changed shape"
 
@@ -209,6 +210,145 @@ class ReclaimOverwritesLateOutcome(PostgresStorage):
             history = rows.histories(conn, self._sql(conn).history, [r[0] for r in claimed])
         claimed.sort(key=_claim_order)
         return [_claim(r, history.get(r[0], ())) for r in claimed]
+
+
+_KEYSET = psycopg.sql.SQL("(dead_at, id) > (%(after_at)s, %(after_id)s)")
+
+
+def _ids_only(conditions: psycopg.sql.Composable) -> psycopg.sql.Composable:
+    """``conditions`` with the DLQ cursor's ``(dead_at, id) >`` replaced by ``id >``."""
+    if conditions == _KEYSET:
+        return psycopg.sql.SQL("id > %(after_id)s")
+    if isinstance(conditions, psycopg.sql.Composed):
+        return psycopg.sql.Composed([_ids_only(part) for part in conditions])
+    return conditions
+
+
+class IdsOnlyCursorQueries(queries.Queries):
+    def dlq_page(self, conditions: psycopg.sql.Composable) -> psycopg.sql.Composed:
+        return super().dlq_page(_ids_only(conditions))
+
+
+class DlqCursorComparesIdsOnly(PostgresStorage):
+    """SPEC §4 DLQ paging — the keyset cursor confuses time and id.
+
+    Incident: pages are ``ORDER BY dead_at, id`` but the next page asks ``WHERE id >
+    $last_id``: right while ids sort in dead-letter order; an id that sorts before the
+    last one listed although it died later is never listed. The tasks the reference page
+    lists and this one does not are appended to the victims file."""
+
+    def __init__(self, dsn: str, schema: str, **kwargs: Any) -> None:
+        super().__init__(dsn, schema, **kwargs)
+        self._right_q, self._broken_q = self._q, IdsOnlyCursorQueries(self._source.schema)
+
+    def _dlq_list(self, queue: str, filter: Any, cursor: str | None, limit: int) -> Any:
+        right = super()._dlq_list(queue, filter, cursor, limit)
+        self._q = self._broken_q  # differs from the reference only in dlq_page
+        try:
+            page = super()._dlq_list(queue, filter, cursor, limit)
+        finally:
+            self._q = self._right_q
+        listed = {t.id for t in page.tasks}
+        for t in right.tasks:
+            if t.id not in listed:
+                victim(VICTIMS_ENV, t.id)
+        return page
+
+
+class DlqCursorComparesIdsOnlyBackend(PostgresBackend):
+    def open(self, dsn: str, namespace: str) -> PostgresStorage:
+        return DlqCursorComparesIdsOnly(dsn, namespace)
+
+
+class BucketQueries(queries.Queries):
+    """Every statement that selects a queue selects its hash bucket instead."""
+
+    BY_NAME = "queue = %(queue)s"
+    BY_BUCKET = "(hashtext(queue) & 4095) = (hashtext(%(queue)s) & 4095)"
+
+    def _sql(self, template: str, **extra: psycopg.sql.Composable) -> psycopg.sql.Composed:
+        return super()._sql(template.replace(self.BY_NAME, self.BY_BUCKET), **extra)
+
+
+class QueuesBucketed(PostgresStorage):
+    """SPEC §5.9 — queues kept apart by bucket, not by name: two queues of one bucket mix.
+
+    Incident: a partitioned table keyed by ``hashtext(queue) & 4095``; every statement
+    that selects a queue trusts the partition key without checking the name: two queues
+    that share one of the 4,096 buckets take each other's tasks. The tasks a claim or a
+    DLQ page returns from another queue are appended to the victims file."""
+
+    def __init__(self, dsn: str, schema: str, **kwargs: Any) -> None:
+        super().__init__(dsn, schema, **kwargs)
+        self._q = BucketQueries(self._source.schema)
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        claims = super()._claim_due(queue, limit, lease)
+        for c in claims:
+            if c.task.queue != queue:
+                victim(VICTIMS_ENV, c.task.id)
+        return claims
+
+    def _dlq_list(self, queue: str, filter: Any, cursor: str | None, limit: int) -> Any:
+        page = super()._dlq_list(queue, filter, cursor, limit)
+        for t in page.tasks:
+            if t.queue != queue:
+                victim(VICTIMS_ENV, t.id)
+        return page
+
+
+class QueuesBucketedBackend(PostgresBackend):
+    def open(self, dsn: str, namespace: str) -> PostgresStorage:
+        return QueuesBucketed(dsn, namespace)
+
+
+class PendingFirstQueries(queries.Queries):
+    """The claims' ``picked`` rows ordered PENDING first, then by due time."""
+
+    FAIR = "ORDER BY due_at, seq\n    LIMIT %(limit)s\n    FOR UPDATE SKIP LOCKED"
+    PENDING_FIRST = FAIR.replace("ORDER BY", "ORDER BY status = 'IN_FLIGHT',")
+
+    def _sql(self, template: str, **extra: psycopg.sql.Composable) -> psycopg.sql.Composed:
+        return super()._sql(template.replace(self.FAIR, self.PENDING_FIRST), **extra)
+
+
+assert PendingFirstQueries.FAIR in queries._CLAIM, "the reference claim changed shape"
+
+
+class PendingBeforeExpiredLeases(PostgresStorage):
+    """SPEC §5.9 — a claim serves due PENDING tasks before expired leases.
+
+    Incident: the claim orders its rows ``ORDER BY status = 'IN_FLIGHT', due_at`` (or
+    is two queries, the due PENDING tasks first and the reclaim only when they come back
+    short): each kind in due order, but an expired lease waits behind every due PENDING
+    task, even those that fell due after it expired. Each PENDING task claimed while an
+    expired lease the one due order would have served first (read just before the
+    claim) was passed over is appended to the victims file."""
+
+    def __init__(self, dsn: str, schema: str, **kwargs: Any) -> None:
+        super().__init__(dsn, schema, **kwargs)
+        self._fair = self._q._sql(_READ_DUE)
+        self._q = PendingFirstQueries(self._source.schema)
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        params = queries.claim_params(queue, limit, lease)
+
+        def fair(conn: psycopg.Connection) -> dict[str, str]:
+            return {r[1]: r[2] for r in cursor_of(conn).execute(self._fair, params).fetchall()}
+
+        first = self._run("claim_due", fair)
+        claims = super()._claim_due(queue, limit, lease)
+        taken = {c.task.id for c in claims}
+        if any(st == "IN_FLIGHT" and tid not in taken for tid, st in first.items()):
+            for c in claims:  # a PENDING task served while an earlier expired lease waits
+                if not c.reclaimed and c.task.id not in first:
+                    victim(VICTIMS_ENV, c.task.id)
+        return claims
+
+
+class PendingBeforeExpiredLeasesBackend(PostgresBackend):
+    def open(self, dsn: str, namespace: str) -> PostgresStorage:
+        return PendingBeforeExpiredLeases(dsn, namespace)
 
 
 class ReclaimOverwritesLateOutcomeBackend(PostgresBackend):
@@ -283,5 +423,8 @@ class HbTimeoutTakenAsExtendedBackend(PostgresBackend):
 
 client_clock = ClientClockBackend()
 reclaim_overwrites_late_outcome = ReclaimOverwritesLateOutcomeBackend()
+pending_before_expired_leases = PendingBeforeExpiredLeasesBackend()
+dlq_cursor_compares_ids_only = DlqCursorComparesIdsOnlyBackend()
+queues_bucketed = QueuesBucketedBackend()
 acks_timed_out_reports = AcksTimedOutReportsBackend()
 hb_timeout_taken_as_extended = HbTimeoutTakenAsExtendedBackend()

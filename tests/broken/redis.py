@@ -45,7 +45,7 @@ from rdq_redis.plugin import RedisBackend
 from rdq_redis.scripts import SOURCES, Scripts, ScriptSource
 from rdq_redis.storage import RedisStorage, _stale
 
-from rdq_core.errors import IdConflict
+from rdq_core.errors import BackendUnavailable, IdConflict
 from rdq_core.model import Claim, NewTask, micros_from_delta
 from tests.broken._unanswered import ACK_TIMEOUT, FREEZE_VICTIMS_ENV, TimeoutTakenAsExtended, victim
 
@@ -222,6 +222,147 @@ class CheckThenActClaim(VariantStorage):
         if name == "claim_take":
             for row in reply:
                 if int(row[6]) == 0:
+                    self.victim(row[0])
+
+
+# ---- §2/§5.3 (extra): a reclaim that saves the row it read, unguarded --------------------------
+
+#: Round trip 1 of the reclaim: :data:`_PICK`, each due member with the task's meta record
+#: as read now (``''`` if there is none): ``{'r' or 'l' .. member, meta}`` per task.
+_PICK_READ = _edit(
+    _PICK,
+    "  out[#out + 1] = (from_ready and 'r' or 'l') .. m\n",
+    "  out[#out + 1] = {(from_ready and 'r' or 'l') .. m,\n"
+    "    redis.call('HGET', KEYS[1], string.sub(m, qn + 33)) or ''}\n",
+)
+_PICK_READ = _edit(
+    _PICK_READ,
+    "-- queue, limit. The due members, 'r' or 'l' (ready or lease) before each.\n",
+    "-- queue, limit. {'r' or 'l' (ready or lease) .. member, the task's meta} per due task.\n",
+)
+
+#: Round trip 2: the claim's writes, made on the meta record round trip 1 read — no
+#: re-check of status or token (a task gone since is skipped: ``UPDATE ... WHERE id``
+#: matches no row). The history is the one stored now, so a LEASE_EXPIRED attempt lands
+#: after whatever was appended in between. The last field of each row says whether the
+#: stored meta had changed since it was read (for the victims list).
+_SAVE = r"""
+-- KEYS: task, pay, hdr, hist, ready, lease. ARGV: lease_us, token prefix, then a member
+-- ('r' or 'l' before it) and the meta read with it, per task.
+local lease_us, prefix = tonumber(ARGV[1]), ARGV[2]
+local now = now_us()
+local out = {}
+for k = 3, #ARGV, 2 do
+  local from_ready = string.sub(ARGV[k], 1, 1) == 'r'
+  local m = string.sub(ARGV[k], 2)
+  local qn = string.find(m, SEP, 1, true) - 1
+  local id = string.sub(m, qn + 33)
+  local read = ARGV[k + 1]
+  local meta = redis.call('HGET', KEYS[1], id)
+  if meta and read ~= '' then
+    local changed = (meta ~= read) and 1 or 0
+    redis.call('ZREM', from_ready and KEYS[5] or KEYS[6], m)
+    local f = split(read)
+    local hist = redis.call('HGET', KEYS[4], id) or ''
+    local reclaimed = 0
+    if not from_ready then
+      hist = hist .. attempt(next_attempt_no(hist), f[F_CLAIMED], now, 'L', '1',
+        '{lease_type}', '{lease_message}', '')
+      redis.call('HSET', KEYS[4], id, hist)
+      f[F_COUNT] = int(tonumber(f[F_COUNT]) + 1)
+      reclaimed = 1
+    end
+    f[F_STATUS], f[F_NEXT] = 'I', ''
+    f[F_LEASE] = int(now + lease_us)
+    f[F_TOKEN] = prefix .. string.format('%03x', #out)
+    f[F_CLAIMED] = int(now)
+    local joined = join(f)
+    redis.call('HSET', KEYS[1], id, joined)
+    redis.call('ZADD', KEYS[6], 0, due_member(f, id, f[F_LEASE]))
+    out[#out + 1] = {id, joined, redis.call('HGET', KEYS[2], id) or '',
+      redis.call('HGET', KEYS[3], id) or '', hist, reclaimed, changed}
+  end
+end
+return out
+"""
+_SAVE = _SAVE.replace("{lease_type}", _LEASE_TEXT[1]).replace("{lease_message}", _LEASE_TEXT[2])
+
+#: Compare-and-delete of the claim lock (only its holder frees it).
+_UNLOCK = r"""
+-- KEYS: the claim lock. ARGV: the holder's value. 1 if it was freed, else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+#: How long a claim lock is held at most (a claimer that died frees it after this).
+CLAIM_LOCK_PX = 10_000
+#: How long a claim waits for the lock before giving up.
+CLAIM_LOCK_WAIT_S = 30.0
+
+
+class ReclaimOverwritesLateOutcome(VariantStorage):
+    """SPEC §2/§5.3 (extra) — a reclaim that reads without a guard and saves unguarded: a
+    late outcome acknowledged in between is overwritten.
+
+    Claims are serialised by a lock of their own, a key per bucket (``...:claims``) taken
+    client-side with ``SET NX PX`` (spinning while it is held) and freed by a
+    compare-and-delete; no outcome takes it, so no two claims ever meet and every race of
+    claims passes. Under it the claim is two scripts, two round trips: *pick* reads the
+    due members of ``ready`` and ``lease`` (expired leases included) with each task's meta
+    record, *save* stamps the records it was handed IN_FLIGHT under fresh tokens — the
+    records as read, with no re-check of status or token — and, for an expired lease,
+    appends a LEASE_EXPIRED attempt to the history as it is now. A late ``complete``,
+    ``reschedule``, ``dead_letter`` or heartbeat of the expired holder that lands between
+    the two round trips is acknowledged (its fenced script still sees the old claim), then
+    the save makes the task IN_FLIGHT again with a LEASE_EXPIRED attempt after the
+    accepted one (the index entries the outcome wrote, in ``done``, ``dlq`` or ``ready``,
+    are left behind). ``gap`` (seconds, default 0) widens the window between the round
+    trips; none is needed.
+
+    Victims: tasks whose stored meta record had changed between the pick and the save.
+    Incident: a PostgreSQL storage written from outside the project (claims by advisory
+    lock, then a re-read without ``FOR UPDATE``) passed the whole kit while a 400-task
+    script overwrote acknowledged results in 2 runs of 3 (issue 22).
+    """
+
+    variant = "reclaim_overwrites_late_outcome"
+    sources = _with(
+        claim_pick_read=ScriptSource("claim_pick_read", _PICK_READ, readonly=True),
+        claim_save=ScriptSource("claim_save", _SAVE),
+        claim_unlock=ScriptSource("claim_unlock", _UNLOCK),
+    )
+    gap: ClassVar[float] = 0.0
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        b = self.layout.of_queue(queue)
+        prefix = b.bucket + secrets.token_hex(13)
+        lease_us = micros_from_delta(lease)
+        lock, holder = b.key("claims"), secrets.token_hex(8)
+
+        def run(client: Any, scripts: Scripts) -> list[Claim]:
+            keys_ = [b.task, b.pay, b.hdr, b.hist, b.ready, b.lease]
+            give_up = time.monotonic() + CLAIM_LOCK_WAIT_S
+            while not client.set(lock, holder, nx=True, px=CLAIM_LOCK_PX):
+                if time.monotonic() > give_up:
+                    raise BackendUnavailable(f"claim_due: the claim lock {lock!r} stayed held")
+                time.sleep(0.001)
+            try:
+                picked = scripts.run("claim_pick_read", keys_, [queue, limit])
+                if not picked:
+                    return []
+                time.sleep(self.gap)
+                read = [part for pair in picked for part in pair]
+                rows = scripts.run("claim_save", keys_, [lease_us, prefix, *read])
+            finally:
+                scripts.run("claim_unlock", [lock], [holder])
+            return [codec.decode_claim(row[:6]) for row in rows]
+
+        return self._run("claim_due", run)
+
+    def observe(self, name: str, args: list[Any], reply: Any) -> None:
+        if name == "claim_save":
+            for row in reply:
+                if int(row[6]) == 1:
                     self.victim(row[0])
 
 
@@ -427,6 +568,7 @@ class HbTimeoutTakenAsExtendedBackend(RedisBackend):
 
 control = VariantBackend(VariantStorage)
 check_then_act_claim = VariantBackend(CheckThenActClaim)
+reclaim_overwrites_late_outcome = VariantBackend(ReclaimOverwritesLateOutcome)
 undeclared_key_enqueue = VariantBackend(UndeclaredKeyEnqueue)
 outcome_ignores_token = VariantBackend(OutcomeIgnoresToken)
 reclaim_without_lease_expired_attempt = VariantBackend(ReclaimWithoutLeaseExpiredAttempt)

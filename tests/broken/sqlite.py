@@ -19,6 +19,11 @@ attribute                               SPEC §5      what breaks
 ``dead_letter_deletes``                 7            a dead-lettered task vanishes
 ``extend_lease_ignores_token``          8            a zombie's heartbeat is accepted
 ``reschedule_completes``                (none)       a retry is recorded as a success
+``dlq_cursor_compares_ids_only``        (§4)         DLQ pages skip tasks whose ids sort
+                                                     against their dead time
+``queues_bucketed``                     (§5.9)       two queues of one hash bucket mix
+``pending_before_expired_leases``       (§5.9)       expired leases wait behind due
+                                                     PENDING tasks
 ``control``                             (none)       nothing: the reference claim, split
 ======================================  ===========  ====================================
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 import fcntl
 import sqlite3
 import time
+import zlib
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -439,6 +445,110 @@ class RescheduleCompletes(SqliteStorage):
 # ---- the backend objects ----------------------------------------------------------------------
 
 
+class _RewritingConnection:
+    """A connection whose statements have one fragment replaced (the rest delegated)."""
+
+    def __init__(self, conn: sqlite3.Connection, old: str, new: str) -> None:
+        self._conn, self._old, self._new = conn, old, new
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        return self._conn.execute(sql.replace(self._old, self._new), *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class DlqCursorComparesIdsOnly(SqliteStorage):
+    """SPEC §4 DLQ paging — the keyset cursor confuses time and id.
+
+    Incident: pages are ``ORDER BY dead_at, id`` but the next page asks ``WHERE id >
+    $last_id`` (the cursor's dead time read and ignored): right while ids sort in
+    dead-letter order; an id that sorts before the last one listed although it died
+    later is never listed."""
+
+    def _read(self, action: str, fn: Any) -> Any:
+        if action != "dlq_list":
+            return super()._read(action, fn)
+        keyset, ids_only = "(dead_at, id) > (?, ?)", "(? IS NOT NULL AND id > ?)"
+
+        def both(conn: sqlite3.Connection) -> Any:
+            right = fn(conn)  # what the reference lists: the broken page's victims
+            page = fn(_RewritingConnection(conn, keyset, ids_only))
+            listed = {t.id for t in page.tasks}
+            for t in right.tasks:
+                if t.id not in listed:
+                    victim(VICTIMS_ENV, t.id)
+            return page
+
+        return super()._read(action, both)
+
+
+class QueuesBucketed(SqliteStorage):
+    """SPEC §5.9 — queues kept apart by bucket, not by name: two queues of one bucket mix.
+
+    Incident: a store that shards queues into hash buckets indexes them by bucket, and
+    every statement that selects a queue trusts the bucket (``WHERE bucket(queue) =
+    bucket($queue)``, 4,096 buckets) without checking the name: every test with a queue
+    or two passes; two queues that share a bucket take each other's tasks. The tasks a
+    claim or a DLQ page returns from another queue are appended to the victims file."""
+
+    BUCKETS = 4096
+
+    def _open(self) -> sqlite3.Connection:
+        conn = super()._open()
+        conn.create_function(
+            "rdq_bucket", 1, lambda q: zlib.crc32(q.encode()) % self.BUCKETS, deterministic=True
+        )
+        return conn
+
+    def _conn(self) -> Any:
+        by_name, by_bucket = "queue = ?", "rdq_bucket(queue) = rdq_bucket(?)"
+        return _RewritingConnection(super()._conn(), by_name, by_bucket)
+
+    def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
+        claims = super()._claim_due(queue, limit, lease)
+        for c in claims:
+            if c.task.queue != queue:
+                victim(VICTIMS_ENV, c.task.id)
+        return claims
+
+    def _dlq_list(self, queue: str, filter: Any, cursor: str | None, limit: int) -> Any:
+        page = super()._dlq_list(queue, filter, cursor, limit)
+        for t in page.tasks:
+            if t.queue != queue:
+                victim(VICTIMS_ENV, t.id)
+        return page
+
+
+class PendingBeforeExpiredLeases(SplitClaim):
+    """SPEC §5.9 — a claim serves due PENDING tasks before expired leases.
+
+    Incident: the claim is two queries, ``status = 'PENDING' AND next_attempt_at <= now``
+    first and the reclaim of ``lease_expires_at <= now`` only when that came back short:
+    each kind in due order, but an expired lease waits behind every due PENDING task,
+    even those that fell due after it expired. Each task the claim takes that the one due
+    order (``ORDER BY due_at, seq``) would not have taken yet is appended to the victims
+    file."""
+
+    def _due(
+        self, conn: sqlite3.Connection, queue: str, now: int, limit: int
+    ) -> list[tuple[int, str, str, int | None]]:
+        pick = (
+            "SELECT seq, id, status, claimed_at FROM tasks WHERE queue = ? AND status = ?"
+            " AND due_at IS NOT NULL AND due_at <= ? ORDER BY due_at, seq LIMIT ?"
+        )
+        due = conn.execute(pick, (queue, Status.PENDING.value, now, limit)).fetchall()
+        if len(due) < limit:
+            due += conn.execute(
+                pick, (queue, Status.IN_FLIGHT.value, now, limit - len(due))
+            ).fetchall()
+        fair = {r[1] for r in super()._due(conn, queue, now, limit)}
+        for row in due:
+            if row[1] not in fair:
+                victim(VICTIMS_ENV, row[1])
+        return due
+
+
 class _Backend(SqliteBackend):
     """The SQLite backend (same server, same provisioning) opening a broken storage."""
 
@@ -464,4 +574,9 @@ reclaim_drops_task = _Backend(ReclaimDropsTask, "reclaim-drops-task")
 dead_letter_deletes = _Backend(DeadLetterDeletes, "dead-letter-deletes")
 extend_lease_ignores_token = _Backend(ExtendLeaseIgnoresToken, "extend-lease-ignores-token")
 reschedule_completes = _Backend(RescheduleCompletes, "reschedule-completes")
+dlq_cursor_compares_ids_only = _Backend(DlqCursorComparesIdsOnly, "dlq-cursor-compares-ids-only")
+queues_bucketed = _Backend(QueuesBucketed, "queues-bucketed")
+pending_before_expired_leases = _Backend(
+    PendingBeforeExpiredLeases, "pending-before-expired-leases"
+)
 control = _Backend(SplitClaim, "split-claim-reference")
