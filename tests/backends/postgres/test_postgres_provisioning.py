@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("psycopg")
 
 from rdq_postgres.plugin import backend
-from rdq_postgres.storage import durability_of
+from rdq_postgres.storage import PostgresStorage, durability_of
 
 from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable
 
@@ -41,3 +41,18 @@ def test_durability_is_decided_per_setting(
 ) -> None:
     decided, text = durability_of(*settings)
     assert decided is durable and why in text
+    # fsync on: no caveat (the mutation score found a flipped test here survived)
+    assert ("not flushed" in text) is (settings[2] != "on")
+
+
+def test_settings_that_cannot_be_read_are_not_taken_as_durable() -> None:
+    """A server that does not answer is not durable, and says why (never raises).
+    Found by the kit's mutation score: ``_capabilities(True, ...)`` there survived the
+    kit, which only ever runs on a server that answers."""
+    storage = PostgresStorage("postgresql://root@127.0.0.1:1/test?connect_timeout=2", "rdq_x")
+    try:
+        caps = storage.capabilities()
+    finally:
+        storage.close()
+    assert caps.durable is False
+    assert caps.durability.startswith("unknown: the settings could not be read")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import threading
@@ -124,6 +125,37 @@ def test_forked_child_opens_its_own_connection(tmp_path):
     assert storage._conn() is parent_conn  # the parent's connection is untouched
     assert storage.get("a").status is Status.SUCCEEDED
     storage.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_childs_close_keeps_the_parents_connections_unclosed(tmp_path):
+    """A child that closes a storage it inherited, without using it, must not close the
+    parent's connections (closing touches the parent's locks and WAL): close() keeps
+    them referenced. The connection of another parent thread is the one only close()
+    sees (the child never reaches it through its own thread). Found by the kit's
+    mutation score (BENCHMARKS.md): ``p != pid`` made ``p is pid`` in close() survived
+    every test."""
+    storage = SqliteStorage(tmp_path / "g.sqlite3", create=True)
+    storage.enqueue(NewTask("a", "q", "h"))
+    other: list[object] = []
+    t = threading.Thread(target=lambda: other.append(storage._conn()))
+    t.start()
+    t.join()
+    ctx = multiprocessing.get_context("fork")
+    p = ctx.Process(target=_child_closes_unused, args=(storage, id(other[0])))
+    p.start()
+    p.join(timeout=30)
+    assert p.exitcode == 0, "the child's close() dropped a connection of its parent"
+    assert storage.get("a") is not None
+    storage.close()
+
+
+def _child_closes_unused(storage: SqliteStorage, other_id: int) -> None:
+    from rdq_sqlite import storage as module
+
+    storage.close()
+    gc.collect()
+    os._exit(0 if any(id(c) == other_id for c in module._INHERITED) else 1)
 
 
 def _child_claims(storage: SqliteStorage) -> None:

@@ -377,3 +377,19 @@ def test_plugin_rejects_bad_dsn_and_namespace(tmp_path):
     for bad in ("../escape", ".hidden", "", "a/b"):
         with pytest.raises(InvalidArgument, match="namespace"):
             backend.open(str(tmp_path), bad)
+
+
+def test_close_closes_every_connection_it_opened_in_this_process(tmp_path):
+    """close() closes this process's connections, one per thread (the mutation score
+    found ``p == pid`` made ``p != pid`` there, which closes none, survived the kit)."""
+    import threading
+
+    storage = SqliteStorage(tmp_path / "c.sqlite3", create=True)
+    conns = [storage._conn()]
+    t = threading.Thread(target=lambda: conns.append(storage._conn()))
+    t.start()
+    t.join()
+    storage.close()
+    for conn in conns:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            conn.execute("SELECT 1")
