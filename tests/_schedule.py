@@ -3,9 +3,11 @@
 idles.
 
 ``tests/durations.json`` holds the seconds each of the slowest tests took in a CI run
-(setup + call + teardown, from the JUnit file of ``pytest --junitxml``). Refresh it after
-a CI run with ``python -m tests._schedule JUNIT.xml`` (it keeps the :data:`KEEP`
-slowest). The tests recorded at :data:`LONG_S` or more go first, longest first; every
+(setup + call + teardown). Every run of the kit's own tests keeps its seconds in pytest's
+cache (``.pytest_cache``, key :data:`CACHE_KEY`); refresh the file after a CI run with
+``python -m tests._schedule --from-cache`` (or from a JUnit file of ``pytest
+--junitxml``: ``python -m tests._schedule JUNIT.xml``); it keeps the :data:`KEEP`
+slowest. The tests recorded at :data:`LONG_S` or more go first, longest first; every
 other test keeps pytest's own order (which groups a module's tests, so its module-scoped
 servers start once per worker). A stale or missing entry only changes the order, never
 what runs.
@@ -33,6 +35,10 @@ LONG_S = 20.0
 CHUNK = 2
 #: how many of the slowest tests the file keeps
 KEEP = 120
+#: where a run keeps its seconds in pytest's cache
+CACHE_KEY = "rdq/durations"
+_seen: dict[str, float] = {}
+_skipped: set[str] = set()
 
 
 def load(path: Path = DURATIONS) -> dict[str, float]:
@@ -62,6 +68,27 @@ def hand_out_few(config: pytest.Config) -> None:
         config.option.maxschedchunk = CHUNK
 
 
+def record(report: pytest.TestReport) -> None:
+    """Add one phase's seconds to its test's (a skipped test is not recorded)."""
+    if report.skipped:
+        _skipped.add(report.nodeid)
+    _seen[report.nodeid] = _seen.get(report.nodeid, 0.0) + report.duration
+
+
+def save(config: pytest.Config) -> None:
+    """Write the seconds recorded in this process to pytest's cache (the xdist
+    controller sees every worker's reports; a worker writes nothing)."""
+    cache = getattr(config, "cache", None)
+    if cache is None or hasattr(config, "workerinput") or not _seen:
+        return
+    cache.set(CACHE_KEY, {k: round(v, 1) for k, v in _seen.items() if k not in _skipped})
+
+
+def slowest(times: dict[str, float], keep: int = KEEP) -> dict[str, float]:
+    """The ``keep`` slowest of ``times``."""
+    return dict(sorted(times.items(), key=lambda kv: -kv[1])[:keep])
+
+
 def from_junit(junit: Path, keep: int = KEEP, root: Path = ROOT) -> dict[str, float]:
     """The ``keep`` slowest tests of a JUnit file, by node id, in seconds (1 decimal);
     ``root`` is the checkout the node ids are relative to."""
@@ -78,18 +105,30 @@ def from_junit(junit: Path, keep: int = KEEP, root: Path = ROOT) -> dict[str, fl
         )
         node = ["/".join(parts[:cut]) + ".py", *parts[cut:], str(case.get("name"))]
         times["::".join(node)] = round(float(case.get("time", 0.0)), 1)
-    slowest = sorted(times.items(), key=lambda kv: -kv[1])[:keep]
-    return dict(slowest)
+    return slowest(times, keep)
+
+
+def from_cache(root: Path = ROOT) -> dict[str, float]:
+    """The :data:`KEEP` slowest tests of the last run kept in ``root``'s pytest cache."""
+    path = root / ".pytest_cache" / "v" / CACHE_KEY
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{path}: no recorded run to read ({exc}); run the tests first") from None
+    return slowest({str(k): float(v) for k, v in data.items()})
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or not Path(argv[0]).is_file():
-        print("usage: python -m tests._schedule JUNIT.xml  (a file from pytest --junitxml)",
-              file=sys.stderr)
+    if argv == ["--from-cache"]:
+        times = from_cache()
+    elif len(argv) == 1 and Path(argv[0]).is_file():
+        times = from_junit(Path(argv[0]))
+    else:
+        print("usage: python -m tests._schedule --from-cache | JUNIT.xml "
+              "(a file from pytest --junitxml)", file=sys.stderr)
         return 2
-    slowest = from_junit(Path(argv[0]))
-    DURATIONS.write_text(json.dumps(slowest, indent=1) + "\n")
-    print(f"{DURATIONS}: {len(slowest)} tests, {sum(slowest.values()):.0f} s in all")
+    DURATIONS.write_text(json.dumps(times, indent=1) + "\n")
+    print(f"{DURATIONS}: {len(times)} tests, {sum(times.values()):.0f} s in all")
     return 0
 
 

@@ -34,3 +34,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The long tests first (``tests/_schedule.py``): the two xdist workers then finish
     together instead of one running the longest test alone at the end."""
     _schedule.longest_first(items, _schedule.load())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's seconds (setup + call + teardown), for ``tests/_schedule.py``."""
+    _schedule.record(report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep this run's seconds in pytest's cache (``rdq/durations``): ``python -m
+    tests._schedule --from-cache`` refreshes ``tests/durations.json`` from them."""
+    _schedule.save(session.config)

@@ -69,3 +69,29 @@ def test_a_broken_durations_file_is_a_clear_error(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"t::x": 3}))
     assert _schedule.load(good) == {"t::x": 3.0}
+
+
+def test_a_run_keeps_its_seconds_and_the_file_is_refreshed_from_them(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of tests using these hooks keeps each test's seconds (its phases summed, a
+    skipped test left out) in pytest's cache, and ``from_cache`` reads the slowest back."""
+    pytester.makeconftest(
+        "from tests import _schedule\n"
+        "def pytest_runtest_logreport(report):\n    _schedule.record(report)\n"
+        "def pytest_sessionfinish(session):\n    _schedule.save(session.config)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(
+        test_m="import time, pytest\n"
+        "@pytest.fixture\ndef slow_setup():\n    time.sleep(0.3)\n"
+        "def test_slow(slow_setup):\n    time.sleep(0.3)\n"
+        "def test_fast():\n    pass\n"
+        "def test_skipped():\n    pytest.skip('no')\n"
+    )
+    pytester.runpytest_subprocess().assert_outcomes(passed=2, skipped=1)
+    times = _schedule.from_cache(pytester.path)
+    assert set(times) == {"test_m.py::test_slow", "test_m.py::test_fast"}
+    assert times["test_m.py::test_slow"] >= 0.6 > times["test_m.py::test_fast"]
+    with pytest.raises(SystemExit, match="no recorded run"):
+        _schedule.from_cache(pytester.path / "elsewhere")
