@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from rdq_compliance import pytest_report, registry, requirements, rules, settings
+from rdq_compliance import option_check, pytest_report, registry, requirements, rules, settings
 from rdq_compliance.provision.backend import Backend, ProvisionUnavailable, Server, StorageSpec
 from rdq_compliance.session import Session
 from rdq_core.errors import InvalidArgument, NotFound, RdqError
@@ -39,6 +39,7 @@ from rdq_core.spi import Storage
 
 SUITE_DIR = Path(__file__).parent / "suite"
 _SETTINGS = pytest.StashKey[settings.Settings]()
+_OPTIONS = pytest.StashKey[option_check.OptionReport]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -134,6 +135,10 @@ def pytest_configure(config: pytest.Config) -> None:
             backend = registry.load_backend(resolved.backend)
         except registry.UnknownBackend as exc:
             raise pytest.UsageError(f"rdq: {exc}") from None
+        try:  # a misspelt option ends the run here, before any test
+            config.stash[_OPTIONS] = option_check.check_options(resolved, backend)
+        except option_check.UnknownOption as exc:
+            raise pytest.UsageError(f"rdq: {exc}") from None
         reporter = pytest_report.Reporting.for_run(config, resolved, backend)
         config.stash[pytest_report.KEY] = reporter
         config.pluginmanager.register(reporter, "rdq-reporting")
@@ -144,7 +149,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     s = config.stash.get(_SETTINGS, None)
     if s is None or s.backend is None:
         return None
-    return f"rdq: {settings.describe(s)}"
+    report = config.stash.get(_OPTIONS, None)
+    notes = report.header_lines() if report is not None else []
+    return "\n".join([f"rdq: {settings.describe(s)}", *(f"rdq: {n}" for n in notes)])
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -150,7 +150,11 @@ class Reporting:
                     )
                 )
         if report.failed and not _strict_xpass(report):
-            for rule in named or item.stash.get(_RULES, ()):
+            # A set-up or tear-down error is not a verdict on the rules the test checks
+            # (a server that went away, a bad option, a broken fixture): it is tagged with
+            # a rule only when its own message names one.
+            declared = item.stash.get(_RULES, ()) if report.when == "call" else ()
+            for rule in named or declared:
                 item.user_properties.append((s.PROP_RULE, rule))
                 report.user_properties.append((s.PROP_RULE, rule))
         return report

@@ -132,13 +132,26 @@ class Summary:
         return out
 
     def violations(self) -> dict[str, list[str]]:
-        """Failed tests by the rule they violated."""
+        """Failed tests by the rule they violated. A test that errored in set-up or
+        tear-down is counted only when its error named a rule (see :meth:`errors`)."""
         out: dict[str, list[str]] = {}
         for nodeid, test in self._tests.items():
-            if test.category in ("failed", "error") and not test.strict_xpass:
-                for rule in test.violated or ["(no rule named)"]:
-                    out.setdefault(rule, []).append(nodeid)
+            if test.strict_xpass or test.category not in ("failed", "error"):
+                continue
+            if test.category == "error" and not test.violated:
+                continue
+            for rule in test.violated or ["(no rule named)"]:
+                out.setdefault(rule, []).append(nodeid)
         return out
+
+    def errors(self) -> list[str]:
+        """Tests that errored outside their check (set-up or tear-down) without naming
+        a rule: no rule was judged by them, so they are no violation of one."""
+        return [
+            nodeid
+            for nodeid, test in self._tests.items()
+            if test.category == "error" and not test.violated and not test.strict_xpass
+        ]
 
     # ---- rendering ----------------------------------------------------------------------
 
@@ -187,13 +200,20 @@ class Summary:
 
     def _violations(self) -> tuple[list[str], str]:
         found = self.violations()
+        errors = self.errors()
+        unjudged = (
+            [f"  not judged: {len(errors)} tests errored in set-up or tear-down, no rule "
+             f"checked ({_names(errors)})"]
+            if errors
+            else []
+        )
         if not found:
-            return ["  violations by rule: none"], ""
+            return ["  violations by rule: none", *unjudged], ""
         failed = len({n for nodeids in found.values() for n in nodeids})
         lines = [f"  violations by rule ({failed} failed tests):"]
         for rule, nodeids in sorted(found.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"    {rule}: {len(nodeids)} ({_names(nodeids)})")
-        return lines, "rules (see the failures above, or rdq.rule in the JUnit XML)"
+        return [*lines, *unjudged], "rules (see the failures above, or rdq.rule in the JUnit XML)"
 
     def stale_rule_entries(self, rule_keys: Iterable[str]) -> dict[str, int]:
         """Rule entries of the ledger that covered tests of this run, none of which failed

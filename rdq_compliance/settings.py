@@ -54,6 +54,10 @@ class Settings:
     #: ``[tool.rdq.expected-failures]`` (and the backend's own table): rule or test id ->
     #: reason; ``sources["expected-failures"]`` says which file and tables.
     expected_failures: Mapping[str, str] = field(default_factory=dict)
+    #: where each of ``options`` was set: ``"--rdq-option"`` (``"--option"`` for
+    #: ``rdq-chaos``), ``"RDQ_OPTION_<KEY>"`` or
+    #: ``"[tool.rdq.<backend>] in /path/pyproject.toml"``
+    option_sources: Mapping[str, str] = field(default_factory=dict)
 
 
 def find_rootpath(start: Path) -> Path:
@@ -110,12 +114,14 @@ def resolve(
     cli_require: bool = False,
     cli_no_docker: bool = False,
     cli_options: Sequence[str] = (),
+    cli_option_flag: str = "--rdq-option",
     rootpath: Path | None = None,
     environ: Mapping[str, str] = os.environ,
 ) -> Settings:
     """Merge the three sources into :class:`Settings`. ``rootpath`` is the folder whose
     ``pyproject.toml`` is read (pytest's rootdir; default: :func:`find_rootpath` of the
-    current directory)."""
+    current directory); ``cli_option_flag`` is how the command line spells its option
+    flag, for :attr:`Settings.option_sources`."""
     rootpath = rootpath if rootpath is not None else find_rootpath(Path.cwd())
     table = read_pyproject(rootpath)
     in_pyproject = f"[tool.rdq] in {rootpath / 'pyproject.toml'}"
@@ -146,13 +152,20 @@ def resolve(
     )
     docker = not cli_no_docker and not _flag("RDQ_NO_DOCKER", environ.get("RDQ_NO_DOCKER", "0"))
     docker = docker and _flag("docker", table.get("docker", True))
-    options: dict[str, str] = {
-        str(k): str(v) for k, v in sub.items() if k != "dsn" and not isinstance(v, dict)
-    }
+    options: dict[str, str] = {}
+    option_sources: dict[str, str] = {}
+    in_sub = f"[tool.rdq.{backend}] in {rootpath / 'pyproject.toml'}"
+    for k, v in sub.items():
+        if k != "dsn" and not isinstance(v, dict):
+            options[str(k)] = str(v)
+            option_sources[str(k)] = in_sub
     for key, value in environ.items():
         if key.startswith("RDQ_OPTION_"):
             options[key[len("RDQ_OPTION_") :].lower()] = value
-    options.update(parse_options(cli_options))
+            option_sources[key[len("RDQ_OPTION_") :].lower()] = key
+    for key, value in parse_options(cli_options).items():
+        options[key] = value
+        option_sources[key] = cli_option_flag
     expected: dict[str, str] = {}
     tables = []
     for where, container in (
@@ -172,6 +185,7 @@ def resolve(
         options=options,
         sources=sources,
         expected_failures=expected,
+        option_sources=option_sources,
     )
 
 

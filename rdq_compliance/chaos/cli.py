@@ -39,6 +39,7 @@ from rdq_compliance.chaos.faults.display import fault_details, fault_phrases, li
 from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import Scenario, ScenarioError, check_seed, load_scenario
 from rdq_compliance.chaos.soak import SoakResult, SoakRun, run_soak
+from rdq_compliance.option_check import check_options
 from rdq_compliance.session import NoBackendSelected
 from rdq_compliance.settings import Settings, describe, find_rootpath, mask_dsn, resolve
 from rdq_core.errors import InvalidArgument, RdqError
@@ -212,9 +213,12 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     console.print(f"  report: {result.outdir}  (timeline: {result.files.get('timeline')})")
 
 
-def _load(args: argparse.Namespace, err: Console) -> tuple[Scenario, Settings] | None:
-    """The scenario (its seed overridden by ``--seed``) and the resolved settings, or
-    ``None`` after printing why not."""
+def _load(
+    args: argparse.Namespace, err: Console
+) -> tuple[Scenario, Settings, list[str]] | None:
+    """The scenario (its seed overridden by ``--seed``), the resolved settings and the
+    header's notes on the options given (an unknown key is an error), or ``None`` after
+    printing why not."""
     try:
         scenario = load_scenario(args.scenario)
         if args.seed is not None:
@@ -224,15 +228,16 @@ def _load(args: argparse.Namespace, err: Console) -> tuple[Scenario, Settings] |
             cli_dsn=args.dsn,
             cli_no_docker=args.no_docker,
             cli_options=list(args.option),
+            cli_option_flag="--option",
             rootpath=find_rootpath(Path.cwd()),
         )
         if settings.backend is None:
             raise NoBackendSelected("--backend NAME")
-        registry.load_backend(settings.backend)
+        notes = check_options(settings, registry.load_backend(settings.backend)).header_lines()
     except (ScenarioError, InvalidArgument, registry.UnknownBackend) as exc:
-        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return None
-    return scenario, settings
+    return scenario, settings, notes
 
 
 def _typed_dsn(settings: Settings) -> str | None:
@@ -247,7 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = _load(args, err)
     if loaded is None:
         return EXIT_USAGE
-    scenario, settings = loaded
+    scenario, settings, notes = loaded
     backend = settings.backend
     assert backend is not None
     out = args.out or _default_out(scenario.name, backend, scenario.seed)
@@ -261,6 +266,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     console = Console()
     console.print(f"rdq-chaos: {describe(settings)}", highlight=False, markup=False)
+    for note in notes:
+        console.print(f"rdq-chaos: {note}", highlight=False, markup=False)
     live: Live | None = None
     if not args.quiet:
         live = Live(console=console, refresh_per_second=4, transient=False)
@@ -283,7 +290,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (RdqError, OSError) as exc:
         if live is not None:
             live.stop()
-        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_USAGE
     finally:
         if live is not None:
@@ -317,7 +324,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     loaded = _load(args, err)
     if loaded is None:
         return EXIT_USAGE
-    scenario, settings = loaded
+    scenario, settings, notes = loaded
     backend = settings.backend
     assert backend is not None
     if base is None:
@@ -326,7 +333,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
         try:
             check_seed(base, "--seed")
         except ScenarioError as exc:
-            err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+            err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False, soft_wrap=True)
             return EXIT_USAGE
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     safe = backend.replace(":", "_").replace("/", "_")
@@ -338,6 +345,8 @@ def cmd_soak(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     console = Console()
     console.print(f"rdq-chaos: {describe(settings)}", highlight=False, markup=False)
+    for note in notes:
+        console.print(f"rdq-chaos: {note}", highlight=False, markup=False)
     console.print(
         f"soak: {args.runs} runs of {scenario.name}, seeds drawn from base seed {base} "
         f"(replay the soak with --seed {base})",
@@ -363,7 +372,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
         err.print(f"rdq-chaos: interrupted; what was measured is in {out / 'soak.json'}")
         return 130
     except (RdqError, OSError) as exc:
-        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False)
+        err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_USAGE
     alarms = soak.alarms
     per_run = soak.as_dict()["run_seconds"]

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import urlsplit, urlunsplit
 
+from rdq_compliance.provision.options import RungOptions
 from rdq_core.errors import RdqError
 from rdq_core.spi import Storage
 
@@ -242,6 +243,17 @@ class Backend(ABC):
         any bucketing into a few thousand buckets puts some of them together
         (``rdq_compliance.suite.test_neighbours``), the machine on a pair drawn from its
         seed (``rdq_compliance.queue_names``)."""
+        return None
+
+    def options(self) -> Sequence[RungOptions] | None:
+        """Every ``--rdq-option`` key this backend reads, as the :class:`RungOptions` of
+        its rungs. The kit checks the options a user gives against them before any test
+        runs: a key no installed backend declares ends the run as a usage error naming
+        the closest known keys (a misspelt ``redis_clustr=3`` would otherwise run the kit
+        on one server), and a key of another backend is named in the header as unused.
+        ``None`` (the default) means the backend does not say; then only keys that
+        another installed backend declares can be told apart, and the header says the
+        others were not checked. A backend that reads no options returns ``()``."""
         return None
 
     def provision(self, request: ProvisionRequest) -> Server:

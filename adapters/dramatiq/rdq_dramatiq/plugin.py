@@ -110,6 +110,10 @@ class DramatiqBackend(RedisBackend):
     """``--rdq-backend=dramatiq``: dramatiq's RedisBroker, one key prefix per namespace."""
 
     name = "dramatiq"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The redis rungs' options and the adapter's own."""
+        return (*super().options(), OPTIONS)
     expected_failures = MappingProxyType(dict(EXPECTED_FAILURES))
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:

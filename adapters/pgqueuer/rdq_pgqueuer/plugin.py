@@ -34,6 +34,7 @@ from pgqueuer._version import version as PGQUEUER_VERSION
 from rdq_postgres.plugin import PostgresBackend
 
 from rdq_compliance.provision.backend import ProvisionRequest, Server
+from rdq_compliance.provision.options import RungOptions, option
 from rdq_compliance.provision.wrapped import WrappedServer
 from rdq_core.errors import BackendUnavailable
 from rdq_pgqueuer import dsn as dsns
@@ -123,10 +124,22 @@ class PgqueuerServer(WrappedServer):
             super().close()
 
 
+#: The adapter's one option, declared for the kit's check of given keys (it is parsed by
+#: :func:`rdq_pgqueuer.dsn.parse_timeout`, which also reads it from the DSN).
+OPTIONS = RungOptions(
+    "pgqueuer adapter",
+    [option(dsns.OPTION, str, None, "seconds of pgqueuer's heartbeat timeout (default 2)")],
+)
+
+
 class PgqueuerBackend(PostgresBackend):
     """``--rdq-backend=pgqueuer``: pgqueuer 1.6.0 in one schema per namespace."""
 
     name = "pgqueuer"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The postgres rungs' options and the adapter's own."""
+        return (*super().options(), OPTIONS)
     expected_failures = MappingProxyType(dict(EXPECTED_FAILURES))
 
     @staticmethod

@@ -90,6 +90,10 @@ class ProcrastinateBackend(PostgresBackend):
     namespace."""
 
     name = "procrastinate"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The postgres rungs' options and the adapter's own."""
+        return (*super().options(), OPTIONS)
     expected_failures = MappingProxyType(dict(EXPECTED_FAILURES))
 
     def _wrap(self, inner: Server, request: ProvisionRequest, given: Settings) -> Server:

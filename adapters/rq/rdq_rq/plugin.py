@@ -157,6 +157,10 @@ class RqBackend(RedisBackend):
     """``--rdq-backend=rq``: rq 3.0.0's worker logic, in-process, on a Redis server."""
 
     name = "rq"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The redis rungs' options and the adapter's own."""
+        return (*super().options(), OPTIONS)
     expected_failures = MappingProxyType(dict(EXPECTED_FAILURES))
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:

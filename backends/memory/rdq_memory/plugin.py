@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
+from rdq_compliance.provision.options import RungOptions
 from rdq_core.memory import MemoryStore
 from rdq_core.spi import Storage
 
@@ -48,6 +49,10 @@ class MemoryBackend(Backend):
         self.name = name
         self.stores: dict[str, MemoryStore] = {}
         self.store_factory = store_factory
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """None: the store lives in the process."""
+        return ()
 
     def provision(self, request: ProvisionRequest) -> Server:
         return _MemoryServer(self)

@@ -20,7 +20,9 @@ When none serves, the error names the three remedies. Storage is
 from __future__ import annotations
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
+from rdq_compliance.provision.options import RungOptions
 from rdq_mongo import container, local
+from rdq_mongo.options import CONTAINER_OPTIONS, LOCAL_OPTIONS
 from rdq_mongo.server import MongoServer
 from rdq_mongo.storage import MongoStorage
 
@@ -31,6 +33,10 @@ class MongoBackend(Backend):
     """``--rdq-backend=mongo``: one database per namespace on a MongoDB deployment."""
 
     name = "mongo"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The local-server and container rungs' options (a DSN takes none)."""
+        return (LOCAL_OPTIONS, CONTAINER_OPTIONS)
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:
         return MongoServer(dsn)

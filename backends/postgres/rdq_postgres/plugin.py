@@ -17,8 +17,9 @@ never :mod:`rdq_compliance` and never the plugin half — so it is usable withou
 from __future__ import annotations
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
+from rdq_compliance.provision.options import RungOptions
 from rdq_postgres import container, local, replica
-from rdq_postgres.options import LOCAL_OPTIONS, replica_mode
+from rdq_postgres.options import CONTAINER_OPTIONS, LOCAL_OPTIONS, replica_mode
 from rdq_postgres.server import PostgresServer
 from rdq_postgres.stock import STOCK_SIZE
 from rdq_postgres.storage import PostgresStorage
@@ -30,6 +31,10 @@ class PostgresBackend(Backend):
     """``--rdq-backend=postgres``: one schema per namespace on a PostgreSQL server."""
 
     name = "postgres"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The local-binary and container rungs' options (a DSN takes none)."""
+        return (LOCAL_OPTIONS, CONTAINER_OPTIONS)
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:
         return PostgresServer(dsn, prefetch=STOCK_SIZE)

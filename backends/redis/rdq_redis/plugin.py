@@ -29,8 +29,9 @@ and itself.
 from __future__ import annotations
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server
+from rdq_compliance.provision.options import RungOptions
 from rdq_redis import container, local, replica
-from rdq_redis.options import LOCAL_OPTIONS, replica_mode
+from rdq_redis.options import CONTAINER_OPTIONS, LOCAL_OPTIONS, replica_mode
 from rdq_redis.server import ADMIN_CLIENT_NAME, RedisServer
 from rdq_redis.storage import RedisStorage
 
@@ -41,6 +42,10 @@ class RedisBackend(Backend):
     """``--rdq-backend=redis``: one key prefix per namespace on a Redis server or cluster."""
 
     name = "redis"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The local-binary and container rungs' options (a DSN takes none)."""
+        return (LOCAL_OPTIONS, CONTAINER_OPTIONS)
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:
         return RedisServer(dsn)

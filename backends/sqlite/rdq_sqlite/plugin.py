@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server, UnsupportedFault
+from rdq_compliance.provision.options import RungOptions
 from rdq_core.errors import InvalidArgument
 from rdq_sqlite.storage import SqliteStorage
 
@@ -121,6 +122,10 @@ class SqliteBackend(Backend):
     """``--rdq-backend=sqlite``: one SQLite file per namespace, shared across processes."""
 
     name = "sqlite"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """None: an embedded store, a file path is all it takes."""
+        return ()
 
     def provision(self, request: ProvisionRequest) -> Server:
         if request.dsn:

@@ -12,6 +12,8 @@ half; the storage half never imports it.
 from __future__ import annotations
 
 from rdq_compliance.provision import Backend, ProvisionRequest, Server
+from rdq_compliance.provision.options import RungOptions
+from rdq_mysql.options import CONTAINER_OPTIONS, LOCAL_OPTIONS
 from rdq_mysql.server import MySqlServer
 from rdq_mysql.storage import MySqlStorage
 
@@ -22,6 +24,10 @@ class MySqlBackend(Backend):
     """``--rdq-backend=mysql``: one database per namespace on a MariaDB/MySQL server."""
 
     name = "mysql"
+
+    def options(self) -> tuple[RungOptions, ...]:
+        """The local-binary and container rungs' options (a DSN takes none)."""
+        return (LOCAL_OPTIONS, CONTAINER_OPTIONS)
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:
         return MySqlServer(dsn)
