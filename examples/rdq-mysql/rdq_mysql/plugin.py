@@ -11,8 +11,7 @@ half; the storage half never imports it.
 
 from __future__ import annotations
 
-from rdq_compliance.provision import Backend, ProvisionRequest, Server
-from rdq_compliance.provision.options import RungOptions
+from rdq_compliance.provision import Backend, ProvisionRequest, RungOptions, Server
 from rdq_mysql.options import CONTAINER_OPTIONS, LOCAL_OPTIONS
 from rdq_mysql.server import MySqlServer
 from rdq_mysql.storage import MySqlStorage
