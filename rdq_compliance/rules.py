@@ -1,59 +1,64 @@
 """The rules the kit checks, by id. Every failure message starts with one of these ids,
-so a report names the rule broken (see SPEC.md)."""
+so a report names the rule broken; :data:`CONTRACT` (``docs/contract.md`` in the source
+tree) says what each one forbids and which test, machine or checker rule holds it."""
 
 from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
+
+#: The contract the kit holds a backend to, installed beside this module.
+CONTRACT = Path(__file__).with_name("contract.md")
 
 RULES: dict[str, str] = {
-    "one-claim": "no two workers hold a live claim on the same task (SPEC §3)",
-    "claim-limit": "claim_due never returns more than `limit` tasks (SPEC §5.9)",
-    "claim-order": "due tasks are claimed in order of due time (SPEC §5.9)",
-    "queue-isolation": "a claim only takes tasks of its own queue (SPEC §5.9)",
-    "claim-due-only": "PENDING tasks are claimed only once due (SPEC §2, §5.6)",
-    "terminal-final": "SUCCEEDED and DEAD tasks are never claimed again (SPEC §5.6)",
-    "lease-respected": "a live lease is never taken over; reclaim only after expiry (SPEC §5.2)",
-    "reclaim-expired": "an expired lease is reclaimed, with a LEASE_EXPIRED attempt (SPEC §2)",
+    "one-claim": "no two workers hold a live claim on the same task",
+    "claim-limit": "claim_due never returns more than `limit` tasks",
+    "claim-order": "due tasks are claimed in order of due time",
+    "queue-isolation": "a claim only takes tasks of its own queue",
+    "claim-due-only": "PENDING tasks are claimed only once due",
+    "terminal-final": "SUCCEEDED and DEAD tasks are never claimed again",
+    "lease-respected": "a live lease is never taken over; reclaim only after expiry",
+    "reclaim-expired": "an expired lease is reclaimed, with a LEASE_EXPIRED attempt",
     "lease-per-claim": (
         "a claim holds the lease it asked for, at claim and at each heartbeat, whatever "
-        "other workers ask (SPEC §2; see Capabilities.lease_model)"
+        "other workers ask"
     ),
-    "fencing": "outcomes and heartbeats need the current token and IN_FLIGHT (SPEC §2, §5.3, §5.8)",
-    "history-numbering": "attempt_no unique, increasing, max+1 across redrives (invariant H, §5.4)",
-    "transition": "complete/reschedule/dead_letter make the documented state change (SPEC §2)",
-    "redrive": "redrive: PENDING, due now, attempt_count 0, redrive_count+1, history kept (§5.5)",
-    "purge": "purge deletes only the selected DEAD tasks with their history (SPEC §2)",
-    "empty-selector": "an empty selector selects nothing (SPEC §4)",
-    "no-loss": "no task vanishes: every task ends SUCCEEDED or DEAD or is visibly live (§5.7)",
-    "dlq-paging": "DLQ pages never repeat or skip a task, whatever happens meanwhile (SPEC §4)",
-    "stats": "stats count the queue's tasks by status (SPEC §4)",
-    "purge-succeeded": "purge_succeeded deletes only SUCCEEDED tasks older than asked (SPEC §4)",
-    "enqueue-idempotent": "re-enqueue changes nothing; one id never in two queues (SPEC §5.10)",
-    "round-trip": "payload bytes and headers come back exactly as enqueued (SPEC §1)",
-    "bad-input": "bad input raises the documented error and writes nothing (SPEC §4)",
-    "storage-clock": "due-ness and leases follow the storage's clock (SPEC §2)",
-    "claim-complete": "a claim takes every due task up to its limit, leaving none behind (SPEC §2)",
+    "fencing": "outcomes and heartbeats need the current token and IN_FLIGHT",
+    "history-numbering": "attempt_no unique, increasing, max+1 across redrives",
+    "transition": "complete/reschedule/dead_letter make the documented state change",
+    "redrive": "redrive: PENDING, due now, attempt_count 0, redrive_count+1, history kept",
+    "purge": "purge deletes only the selected DEAD tasks with their history",
+    "empty-selector": "an empty selector selects nothing",
+    "no-loss": "no task vanishes: every task ends SUCCEEDED or DEAD or is visibly live",
+    "dlq-paging": "DLQ pages never repeat or skip a task, whatever happens meanwhile",
+    "stats": "stats count the queue's tasks by status",
+    "purge-succeeded": "purge_succeeded deletes only SUCCEEDED tasks older than asked",
+    "enqueue-idempotent": "re-enqueue changes nothing; one id never in two queues",
+    "round-trip": "payload bytes and headers come back exactly as enqueued",
+    "bad-input": "bad input raises the documented error and writes nothing",
+    "storage-clock": "due-ness and leases follow the storage's clock",
+    "claim-complete": "a claim takes every due task up to its limit, leaving none behind",
     "model-equivalence": (
         "after every step the backend's observable state equals the reference store's "
         "(stateful machine)"
     ),
     "lease-expired-recorded": (
         "a claim that ended without an outcome leaves a LEASE_EXPIRED attempt, and only "
-        "such a claim (SPEC §2-3)"
+        "such a claim"
     ),
-    "execution-count": "no task runs more often than its history records attempts (SPEC §3)",
+    "execution-count": "no task runs more often than its history records attempts",
     "dlq-complete": "the DLQ lists exactly the DEAD tasks, once each, with their whole history",
-    "outcome-recorded": "an acknowledged outcome is in the task's history, at its claim (SPEC §2)",
-    "drain-complete": "after the drain every enqueued task is SUCCEEDED or DEAD (SPEC §3)",
+    "outcome-recorded": "an acknowledged outcome is in the task's history, at its claim",
+    "drain-complete": "after the drain every enqueued task is SUCCEEDED or DEAD",
     "drain-timeout": (
         "the run drains: no task still PENDING/IN_FLIGHT when the drain ends "
-        "(at its deadline, or stalled) (§3)"
+        "(at its deadline, or stalled)"
     ),
-    "durability": "acknowledged work survives a kill and restart of the server (SPEC §5.13)",
+    "durability": "acknowledged work survives a kill and restart of the server",
     "cluster-keys": (
         "a server-side script or transaction touches only keys it declared, all in one "
-        "cluster slot (SPEC §5.12)"
+        "cluster slot"
     ),
 }
 

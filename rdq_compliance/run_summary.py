@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rdq_compliance.chaos.faults.display import summary_words
+from rdq_compliance.rules import CONTRACT
 
 __all__ = ["MAX_LINES", "SUITES", "Outcome", "Summary"]
 
@@ -213,6 +214,7 @@ class Summary:
         lines = [f"  violations by rule ({failed} failed tests):"]
         for rule, nodeids in sorted(found.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"    {rule}: {len(nodeids)} ({_names(nodeids)})")
+        lines.append(f"    what each rule forbids: {CONTRACT}, section 4")
         return [*lines, *unjudged], "rules (see the failures above, or rdq.rule in the JUnit XML)"
 
     def stale_rule_entries(self, rule_keys: Iterable[str]) -> dict[str, int]:

@@ -168,6 +168,7 @@ def test_summary_reaches_the_xdist_controller_from_the_workers(tmp_path: Path) -
     assert row.split() == ["conformance", "2", "1", "0", "1", "0", "0"], block
     assert "  violations by rule (1 failed tests):" in block, block
     assert "    claim-limit: 1 (test_claim_returns_exactly_limit_when_more_are_due)" in block
+    assert f"    what each rule forbids: {rules.CONTRACT}, section 4" in block, block
     assert any("does not declare capability 'multi_process'" in line for line in block), block
     failed = [c for c in ET.parse(xml).getroot().iter("testcase") if c.find("failure") is not None]
     assert [p.get("value") for p in failed[0].iter("property") if p.get("name") == "rdq.rule"] == [
