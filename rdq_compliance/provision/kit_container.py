@@ -41,6 +41,7 @@ import contextlib
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,8 @@ __all__ = [
 ]
 
 KIT_LABEL = "rdq.kit"
+#: How many times `KitContainer.pause` asks the engine to freeze a busy container.
+FREEZE_TRIES = 4
 OWNER_LABEL = "rdq.owner"
 PID_LABEL = "rdq.pid"
 NETWORK_HOST = "host"
@@ -229,9 +232,21 @@ class KitContainer:
             self.container.start()
 
     def pause(self) -> None:
-        """``docker pause``: every process of the container frozen."""
+        """``docker pause``: every process of the container frozen. The cgroup-v1
+        freezer can fail to freeze a busy container in time ("OCI runtime pause failed:
+        unable to freeze", moby/moby#48205, open; runc thaws it again): asked again up
+        to :data:`FREEZE_TRIES` times in all before the error is raised."""
+        import docker.errors
+
         with self._lock:
-            self.container.pause()
+            for attempt in range(1, FREEZE_TRIES + 1):
+                try:
+                    self.container.pause()
+                    return
+                except docker.errors.APIError as exc:
+                    if "unable to freeze" not in str(exc) or attempt == FREEZE_TRIES:
+                        raise
+                    time.sleep(0.2 * attempt)
 
     def resume(self) -> None:
         """``docker unpause`` (a no-op when it is not paused)."""
