@@ -131,6 +131,7 @@ class Session:
 
     @property
     def started(self) -> bool:
+        """Whether :meth:`start` provisioned the server (and :meth:`close` has not dropped it)."""
         return self._server is not None
 
     @property

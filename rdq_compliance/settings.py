@@ -36,6 +36,37 @@ else:  # pragma: no cover
 from rdq_core.errors import InvalidArgument
 from rdq_core.masking import mask_dsn
 
+#: Each setting by source, highest precedence first: (setting, command line, environment,
+#: ``pyproject.toml``); the docs' settings reference is generated from it.
+SOURCES: tuple[tuple[str, str, str, str], ...] = (
+    ("backend", "`--rdq-backend NAME`", "`RDQ_BACKEND`", "`backend` in `[tool.rdq]`"),
+    (
+        "server address",
+        "`--rdq-dsn DSN`",
+        "`RDQ_<BACKEND>_DSN`, then `RDQ_DSN`",
+        "`dsn` in `[tool.rdq.<backend>]`, then in `[tool.rdq]`",
+    ),
+    (
+        "fail instead of skip when no server",
+        "`--rdq-require-backend`",
+        "`RDQ_REQUIRE_BACKEND=1`",
+        "`require-backend = true`",
+    ),
+    ("never use containers", "`--rdq-no-docker`", "`RDQ_NO_DOCKER=1`", "`docker = false`"),
+    (
+        "backend options (checked: an unknown key is a usage error)",
+        "`--rdq-option KEY=VALUE` (`rdq-chaos`: `--option`)",
+        "`RDQ_OPTION_<KEY>`",
+        "keys of `[tool.rdq.<backend>]`",
+    ),
+    (
+        "known gaps (the ledger)",
+        "none",
+        "none",
+        "`[tool.rdq.expected-failures]`, `[tool.rdq.<backend>.expected-failures]`",
+    ),
+)
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 

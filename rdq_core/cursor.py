@@ -26,11 +26,14 @@ class DlqPosition:
 
 
 def encode(queue: str, pos: DlqPosition) -> str:
+    """The opaque cursor of ``pos`` in ``queue``'s DLQ (a URL-safe string, bound to the queue)."""
     raw = json.dumps([_VERSION, queue, pos.dead_at_us, pos.task_id], separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
 def decode(queue: str, cursor: str) -> DlqPosition:
+    """The position ``cursor`` holds; ``StaleCursor`` for a malformed cursor or one of
+    another queue."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         version, cursor_queue, dead_at_us, task_id = json.loads(raw)

@@ -1,4 +1,4 @@
-"""The data model of SPEC §1: tasks, attempts, claims, stats, selectors, DLQ pages.
+"""The data model of the contract: tasks, attempts, claims, stats, selectors, DLQ pages.
 
 All timestamps are timezone-aware UTC ``datetime`` values with microsecond
 precision, read from the storage's clock. Every value here is immutable.
@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 
 class Status(str, enum.Enum):
-    """The four states of a task (SPEC §2); nothing else exists."""
+    """The four states of a task; nothing else exists."""
 
     PENDING = "PENDING"
     IN_FLIGHT = "IN_FLIGHT"
@@ -241,7 +241,7 @@ class DlqPage:
 #: The lease models a backend may declare (:attr:`Capabilities.lease_model`).
 LEASE_MODELS: Mapping[str, str] = MappingProxyType(
     {
-        "per_claim": "the lease asked for at claim and at each heartbeat (SPEC §2)",
+        "per_claim": "the lease asked for at claim and at each heartbeat",
         "reclaimer_threshold": (
             "a claim may be taken once its last heartbeat is older than the reclaiming "
             "worker's threshold, a deployment setting of the library; nothing is kept "
@@ -263,17 +263,19 @@ class Capabilities:
     - ``notify``: the backend can wake idle workers when work becomes due;
     - ``durable``: **acknowledged writes survive a kill and restart of the server
       process** (SIGKILL, then a start on the same data): every call that returned —
-      an enqueue, a claim, an outcome, a redrive — is still in effect afterwards (SPEC
-      §5.13). Only the server *process* is meant, not the machine: data still in the
-      operating system's page cache counts as kept. An embedded store counts the
+      an enqueue, a claim, an outcome, a redrive — is still in effect afterwards. Only
+      the server *process* is meant, not the machine: data still in the operating
+      system's page cache counts as kept. An embedded store counts the
       process that holds it. The chaos nemesis kills and restarts a server only when its
       backend declares this (else the loss would be by design, not a bug), and the
       durability test holds a backend that declares it to it;
     - ``durability``: how ``durable`` was decided, for humans (e.g. the server settings
       read), shown where a fault or test is skipped for want of it;
     - ``clock``: a description of the storage clock (e.g. ``"postgres now()"``);
+    - ``extra``: names of further features a backend supports, for its own tests
+      (``Capabilities.has(name)``); the kit's own tests ask none of them;
     - ``lease_model``: how the storage decides how long a claim holds, one of
-      :data:`LEASE_MODELS`. ``"per_claim"`` is SPEC §2's: the lease asked for at claim
+      :data:`LEASE_MODELS`. ``"per_claim"`` is the contract's: the lease asked for at claim
       and at each heartbeat. ``"reclaimer_threshold"``: a claim may be taken once its
       last heartbeat is older than the threshold the *reclaiming* worker uses, a
       deployment setting of the library (a heartbeat timeout, a stalled-job threshold)

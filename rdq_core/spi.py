@@ -112,6 +112,8 @@ class Storage(ABC):
         return self._get(v.task_id(task_id))
 
     def stats(self, queue: str) -> QueueStats:
+        """The queue's tasks counted by status (PENDING, of them due now, IN_FLIGHT,
+        SUCCEEDED, DEAD), by the storage clock."""
         return self._stats(v.queue_name(queue))
 
     def now(self) -> datetime:

@@ -6,4 +6,5 @@ import secrets
 
 
 def new_token() -> str:
+    """A fresh claim token: 32 lowercase hexadecimal digits from the OS's random source."""
     return secrets.token_hex(16)

@@ -150,6 +150,7 @@ class ProcessSlot:
 
     @property
     def server_name(self) -> str:
+        """The server binary's file name (the first word of its command line)."""
         return os.path.basename(os.fspath(self.argv()[0]))
 
     def describe(self) -> str:
@@ -193,9 +194,11 @@ class ProcessSlot:
 
     @property
     def running(self) -> bool:
+        """Whether the slot's process is started and alive."""
         return self.process is not None and self.process.running
 
     def kill(self) -> None:
+        """SIGKILL the slot's process tree (a no-op when it was never started)."""
         if self.process is not None:
             self.process.kill()
 
@@ -207,18 +210,22 @@ class ProcessSlot:
             process.stop()
 
     def pause(self) -> None:
+        """SIGSTOP the slot's process tree while it runs."""
         if self.process is not None and self.process.running:
             self.process.pause()
 
     def resume(self) -> None:
+        """SIGCONT what :meth:`pause` stopped."""
         if self.process is not None:
             self.process.resume()
 
     @property
     def paused(self) -> bool:
+        """Whether the slot's process is stopped by :meth:`pause`."""
         return self.process is not None and self.process.paused
 
     def pids(self) -> list[int]:
+        """The process ids of the slot's process tree (none when not started)."""
         return self.process.pids() if self.process is not None else []
 
     def remove(self) -> None:
@@ -349,6 +356,7 @@ class LocalFaults:
                 slot.resume()
 
     def pids(self) -> list[int]:
+        """Every process id of the server, over all its slots, sorted."""
         return sorted(pid for slot in self.process_slots() for pid in slot.pids())
 
     def close(self) -> None:

@@ -161,6 +161,8 @@ class ManagedProcess:
 
     @property
     def watchdog_pid(self) -> int | None:
+        """The pid of the watchdog that ends the process when the kit dies (``None``
+        when it has none)."""
         return self._watchdog.pid if self._watchdog is not None else None
 
     @property
@@ -181,6 +183,7 @@ class ManagedProcess:
         return descendants(watchdog.pid)
 
     def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the process's log (for error messages)."""
         try:
             with self.log_path.open("rb") as fh:
                 fh.seek(0, os.SEEK_END)
