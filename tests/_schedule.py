@@ -4,7 +4,8 @@ idles.
 
 ``tests/durations.json`` holds the seconds each of the slowest tests took in a CI run
 (setup + call + teardown). Every run of the kit's own tests keeps its seconds in pytest's
-cache (``.pytest_cache``, key :data:`CACHE_KEY`); refresh the file after a CI run with
+cache (``.pytest_cache``, key :data:`CACHE_KEY`; each run's figures merged into the
+last ones); refresh the file after a CI run with
 ``python -m tests._schedule --from-cache`` (or from a JUnit file of ``pytest
 --junitxml``: ``python -m tests._schedule JUNIT.xml``); it keeps the :data:`KEEP`
 slowest. The tests recorded at :data:`LONG_S` or more go first, longest first; every
@@ -76,12 +77,19 @@ def record(report: pytest.TestReport) -> None:
 
 
 def save(config: pytest.Config) -> None:
-    """Write the seconds recorded in this process to pytest's cache (the xdist
-    controller sees every worker's reports; a worker writes nothing)."""
+    """Merge the seconds recorded in this process into pytest's cache (the xdist
+    controller sees every worker's reports; a worker writes nothing): a test run again
+    gets its new figure, the others keep theirs, so a run of a few tests after a CI run
+    does not lose the CI run's figures."""
     cache = getattr(config, "cache", None)
     if cache is None or hasattr(config, "workerinput") or not _seen:
         return
-    cache.set(CACHE_KEY, {k: round(v, 1) for k, v in _seen.items() if k not in _skipped})
+    kept = cache.get(CACHE_KEY, {})
+    merged = dict(kept) if isinstance(kept, dict) else {}
+    for nodeid in _skipped:
+        merged.pop(nodeid, None)
+    merged.update({k: round(v, 1) for k, v in _seen.items() if k not in _skipped})
+    cache.set(CACHE_KEY, merged)
 
 
 def slowest(times: dict[str, float], keep: int = KEEP) -> dict[str, float]:

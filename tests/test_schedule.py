@@ -93,5 +93,8 @@ def test_a_run_keeps_its_seconds_and_the_file_is_refreshed_from_them(
     times = _schedule.from_cache(pytester.path)
     assert set(times) == {"test_m.py::test_slow", "test_m.py::test_fast"}
     assert times["test_m.py::test_slow"] >= 0.6 > times["test_m.py::test_fast"]
+    # a later run of one test keeps the others' figures
+    pytester.runpytest_subprocess("-k", "fast").assert_outcomes(passed=1, deselected=2)
+    assert set(_schedule.from_cache(pytester.path)) == set(times)
     with pytest.raises(SystemExit, match="no recorded run"):
         _schedule.from_cache(pytester.path / "elsewhere")
