@@ -31,7 +31,13 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance import option_check, pytest_report, registry, requirements, rules, settings
-from rdq_compliance.provision.backend import Backend, ProvisionUnavailable, Server, StorageSpec
+from rdq_compliance.provision.backend import (
+    Backend,
+    ProvisionUnavailable,
+    Server,
+    ServerStartFailed,
+    StorageSpec,
+)
 from rdq_compliance.session import Session
 from rdq_core.errors import InvalidArgument, NotFound, RdqError
 from rdq_core.model import Capabilities
@@ -40,6 +46,10 @@ from rdq_core.spi import Storage
 SUITE_DIR = Path(__file__).parent / "suite"
 _SETTINGS = pytest.StashKey[settings.Settings]()
 _OPTIONS = pytest.StashKey[option_check.OptionReport]()
+#: The session provisioned at the start of the run (not under xdist), and the reasons
+#: the ladder offered no server, for the session fixture.
+_EARLY = pytest.StashKey[Session]()
+_UNAVAILABLE = pytest.StashKey[ProvisionUnavailable]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -156,14 +166,25 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """A server the user named (a DSN) is asked once, before any test: if it does not
-    answer, the run ends with one error saying so, not one error per test."""
+    """The server is asked for once, before any test, so that a server that cannot be
+    had ends the run with one error (exit 4), not one error per test: a server the user
+    named (a DSN) must answer; a server the kit starts itself (local binaries, a
+    container) must start. A ladder with no rung to offer (no binaries, no Docker) is
+    not an error: the tests are skipped with its reasons, as before."""
     config = session.config
     s = config.stash[_SETTINGS]
-    if s.backend is None or not s.dsn or config.option.collectonly:
+    if s.backend is None or config.option.collectonly:
         return
     if hasattr(config, "workerinput"):  # the xdist controller checked already
         return
+    if s.dsn:
+        _probe_dsn(s)
+    else:
+        _start_early(config, s)
+
+
+def _probe_dsn(s: settings.Settings) -> None:
+    assert s.dsn is not None
     probe = Session(s)
     try:
         probe.start()
@@ -177,6 +198,43 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         ) from None
     finally:
         probe.close()
+
+
+def _start_early(config: pytest.Config, s: settings.Settings) -> None:
+    """Provision the server now; the session fixture then uses it (under xdist each
+    worker starts its own, and this one only proves that one can start)."""
+    early = Session(s)
+    try:
+        early.start()
+    except ServerStartFailed as exc:
+        early.close()
+        raise pytest.UsageError(
+            f"rdq: the {early.name} server could not be started, so no test ran: {exc}\n"
+            "Correct what the error names (the server's binaries, options or data folder), "
+            "or name a running server with --rdq-dsn."
+        ) from None
+    except ProvisionUnavailable as exc:
+        early.close()
+        config.stash[_UNAVAILABLE] = exc
+        return
+    except RdqError as exc:
+        early.close()
+        raise pytest.UsageError(
+            f"rdq: the {early.name} server could not be started, so no test ran: {exc}\n"
+            "Correct what the error names (the server's options, its binaries or image, "
+            "its data folder), or name a running server with --rdq-dsn."
+        ) from None
+    if config.pluginmanager.has_plugin("dsession"):
+        early.close()
+    else:
+        config.stash[_EARLY] = early
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop a server started early that no test used (idempotent for one a test used)."""
+    early = session.config.stash.get(_EARLY, None)
+    if early is not None:
+        early.close()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -266,10 +324,15 @@ def rdq_session(rdq_settings: settings.Settings, pytestconfig: pytest.Config) ->
     provisioned once for the whole test session."""
     if rdq_settings.backend is None:
         pytest.skip("no rdq backend selected: pass --rdq-backend=NAME (or set RDQ_BACKEND)")
-    session = Session(rdq_settings)
+    session = pytestconfig.stash.get(_EARLY, None) or Session(rdq_settings)
     name = session.backend.name
     try:
+        unavailable = pytestconfig.stash.get(_UNAVAILABLE, None)
+        if unavailable is not None:
+            raise unavailable
         session.start()
+    except ServerStartFailed as exc:  # a worker's own start (the controller's passed)
+        pytest.fail(f"rdq backend {name!r}: {exc}", pytrace=False)
     except ProvisionUnavailable as exc:
         message = f"rdq backend {name!r} unavailable: {exc}"
         if rdq_settings.require_backend:

@@ -67,6 +67,7 @@ from rdq_compliance.provision.backend import (
     ProvisionRequest,
     ProvisionUnavailable,
     Server,
+    ServerStartFailed,
     StorageSpec,
     UnsupportedFault,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "RunAs",
     "RungOptions",
     "Server",
+    "ServerStartFailed",
     "StorageSpec",
     "UnsupportedFault",
     "check_network_mode",

@@ -33,6 +33,14 @@ class ProvisionUnavailable(RdqError):
     """No server could be provisioned for a backend; the message names the remedies."""
 
 
+class ServerStartFailed(ProvisionUnavailable):
+    """A rung found what it runs (the binaries, the image) but the server it started
+    failed (a bad binary, a bad setting, a data folder it cannot write): an error to
+    report, not a missing server. The ladder still tries the next rung; when none gives
+    a server, :meth:`Backend.provision` raises this, and the kit ends the run with one
+    error (exit 4) instead of skipping every test."""
+
+
 #: Faults a server may support; the chaos harness only schedules those it declares.
 #: ``kill_server``: SIGKILL the server (:meth:`Server.kill`); ``restart_server``: start it
 #: again on the same address and data (:meth:`Server.restart`); ``pause_server``: SIGSTOP
@@ -261,6 +269,7 @@ class Backend(ABC):
         if request.dsn:
             return self.server_from_dsn(request.dsn, request)
         reasons = []
+        failed = False
         rungs = [("local binaries", self.start_local_server)]
         if request.allow_docker:
             rungs.append(("container", self.start_container))
@@ -269,8 +278,11 @@ class Backend(ABC):
                 return rung(request)
             except ProvisionUnavailable as exc:
                 reasons.append(f"{label}: {exc}")
+                failed = failed or isinstance(exc, ServerStartFailed)
         if not request.allow_docker:
             reasons.append("container: not tried (--rdq-no-docker)")
+        if failed:
+            raise ServerStartFailed("; ".join(reasons))
         raise ProvisionUnavailable(
             f"no {self.name} server could be provisioned. Remedies: (1) pass a server "
             f"address with --rdq-dsn or RDQ_{self.name.upper()}_DSN; (2) install the "

@@ -70,7 +70,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from rdq_compliance.provision.backend import ProvisionUnavailable
+from rdq_compliance.provision.backend import ProvisionUnavailable, ServerStartFailed
 from rdq_compliance.provision.ports import PortInUse, start_on_free_port
 from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, remove_tree
 
@@ -394,17 +394,21 @@ def start_rung(
 
     If either fails, ``local.discard()`` stops and deletes what was started; an error of
     the server's :attr:`~LocalFaults.start_errors` raised by ``start()`` becomes
-    ``ProvisionUnavailable("<failure>: ...")`` (so the ladder goes on to the next rung),
-    anything else is raised as it is.
+    :class:`~rdq_compliance.provision.backend.ServerStartFailed` (``"<failure>: ..."``;
+    the ladder goes on to the next rung, and reports the failure when none serves), and
+    so does a ``ProvisionUnavailable`` that ``start()`` raises (what the rung runs was
+    found: it failed); anything else is raised as it is.
     """
     errors = server.start_errors
     try:
         try:
             start()
+        except ServerStartFailed:
+            raise
+        except ProvisionUnavailable as exc:
+            raise ServerStartFailed(str(exc)) from exc
         except errors as exc:
-            if isinstance(exc, ProvisionUnavailable):
-                raise
-            raise ProvisionUnavailable(f"{failure}: {exc}") from exc
+            raise ServerStartFailed(f"{failure}: {exc}") from exc
         return server(local)  # type: ignore[call-arg]  # its __init__ takes what it serves
     except BaseException:
         local.discard()

@@ -518,3 +518,42 @@ def test_the_docker_check_gives_up_on_a_silent_daemon(monkeypatch: pytest.Monkey
         elapsed = time.monotonic() - began
     assert reason is not None and reason.startswith("Docker is not reachable")
     assert elapsed < 2.5
+
+
+@each("ladder")
+def test_a_local_server_that_fails_to_start_ends_the_run_with_one_error(
+    driver: ServerDriver,
+) -> None:
+    """Binaries that are there but fail (each prints a line to stderr and exits 1): the
+    run ends before any test with one error, exit 4, naming the backend, the rung, the
+    command and the server's last log lines, not one error (or skip) per test."""
+    facts = ladder(driver)
+    present, missing, _options = facts.partial_binaries
+    names = {alt.strip() for name in (*present, *missing) for alt in name.split(" or ")}
+    # a folder the server's user can read (PostgreSQL and MariaDB run as another user)
+    folder = Path(tempfile.mkdtemp(prefix="rdq-failing-bin-"))
+    try:
+        folder.chmod(0o755)
+        for name in names:
+            binary = folder / name
+            binary.write_text(f'#!/bin/sh\necho "FATAL: rdq test: {name} refuses to run" >&2\n'
+                              "exit 1\n")  # fmt: skip
+            binary.chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
+        env.pop("PYTEST_ADDOPTS", None)
+        env["PYTHONPATH"] = pythonpath(os.pathsep.join(driver.pythonpath))
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+             f"--rdq-backend={driver.backend_ref}", "--rdq-no-docker",
+             f"--rdq-option={facts.bin_dir_option}={folder}",
+             "--pyargs", "rdq_compliance.suite", "-k", "test_stats or test_claim"],
+            cwd=folder, env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out[-3000:]
+    assert out.count("server could not be started, so no test ran") == 1, out[-3000:]
+    assert "local binaries: " in out and str(folder) in out, out[-3000:]
+    assert "refuses to run" in out, out[-3000:]  # the server's own last lines
+    assert " passed" not in out and " skipped" not in out, out[-3000:]
