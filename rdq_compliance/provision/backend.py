@@ -270,8 +270,9 @@ class Backend(ABC):
             return self.server_from_dsn(request.dsn, request)
         reasons = []
         failed = False
-        rungs = [("local binaries", self.start_local_server)]
-        if request.allow_docker:
+        local, container = self.rungs()
+        rungs = [("local binaries", self.start_local_server)] if local else []
+        if container and request.allow_docker:
             rungs.append(("container", self.start_container))
         for label, rung in rungs:
             try:
@@ -279,15 +280,32 @@ class Backend(ABC):
             except ProvisionUnavailable as exc:
                 reasons.append(f"{label}: {exc}")
                 failed = failed or isinstance(exc, ServerStartFailed)
-        if not request.allow_docker:
+        if container and not request.allow_docker:
             reasons.append("container: not tried (--rdq-no-docker)")
         if failed:
             raise ServerStartFailed("; ".join(reasons))
+        env = f"RDQ_{self.name.upper().replace('-', '_')}_DSN"
+        remedies = [f"pass a server address with --rdq-dsn or {env}"]
+        if local:
+            remedies.append(f"install the {self.name} server binaries on PATH")
+        if container:
+            remedies.append("start Docker for a container")
+        if not rungs:
+            reasons.append(f"backend {self.name!r} takes only a server address (a DSN)")
+        listed = "; ".join(f"({n}) {r}" for n, r in enumerate(remedies, 1))
         raise ProvisionUnavailable(
-            f"no {self.name} server could be provisioned. Remedies: (1) pass a server "
-            f"address with --rdq-dsn or RDQ_{self.name.upper()}_DSN; (2) install the "
-            f"{self.name} server binaries on PATH; (3) start Docker for a container. "
-            "Tried: " + "; ".join(reasons)
+            f"no {self.name} server could be provisioned. "
+            f"Remed{'ies' if len(remedies) > 1 else 'y'}: {listed}. Tried: " + "; ".join(reasons)
+        )
+
+    def rungs(self) -> tuple[bool, bool]:
+        """Which rungs after the DSN this backend has: (local binaries, container) --
+        whether its class overrides :meth:`start_local_server` and :meth:`start_container`.
+        The remedies a skip prints name only these."""
+        cls = type(self)
+        return (
+            cls.start_local_server is not Backend.start_local_server,
+            cls.start_container is not Backend.start_container,
         )
 
     def server_from_dsn(self, dsn: str, request: ProvisionRequest) -> Server:
