@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from rdq_memory.plugin import MemoryBackend
 
+from rdq_compliance.chaos import cli
 from rdq_compliance.option_check import OptionReport, UnknownOption, check_options
 from rdq_compliance.provision.backend import Backend
 from rdq_compliance.provision.options import RungOptions, option
@@ -120,30 +121,38 @@ def _sources(backend: str) -> list[str]:
     return ["cli", "env"] if ":" in backend else ["cli", "env", "pyproject"]
 
 
+@pytest.fixture
+def no_rdq_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in [n for n in os.environ if n.startswith("RDQ_")]:
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
 @pytest.mark.parametrize(
     ("backend", "source"), [(b, s) for b in MISSPELT for s in _sources(b)]
 )
 def test_a_misspelt_option_ends_the_run_before_any_test(
-    tmp_path: Path, backend: str, source: str
+    pytester: pytest.Pytester, no_rdq_env: pytest.MonkeyPatch, backend: str, source: str
 ) -> None:
+    """Run in this process (the plugin is installed here): the refusal happens while
+    pytest configures, before it collects anything."""
     key, meant = MISSPELT[backend]
-    (tmp_path / "pyproject.toml").write_text(
+    pytester.makepyprojecttoml(
         "[tool.pytest.ini_options]\n"
         + (f'[tool.rdq.{backend}]\n{key} = "3"\n' if source == "pyproject" else "")
     )
-    args = [f"--rdq-backend={backend}"]
-    env = {}
+    args = [f"--rdq-backend={backend}", "-p", "no:cacheprovider"]
     if source == "cli":
         args.append(f"--rdq-option={key}=3")
     elif source == "env":
-        env[f"RDQ_OPTION_{key.upper()}"] = "3"
-    proc = _pytest(tmp_path, *args, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 4, out[-2000:]
+        no_rdq_env.setenv(f"RDQ_OPTION_{key.upper()}", "3")
+    result = pytester.runpytest_inprocess(*args)
+    out = "\n".join(result.outlines + result.errlines)
+    assert result.ret == 4, out[-2000:]
     where = {
         "cli": "--rdq-option",
         "env": f"RDQ_OPTION_{key.upper()}",
-        "pyproject": f"[tool.rdq.{backend}] in {tmp_path / 'pyproject.toml'}",
+        "pyproject": f"[tool.rdq.{backend}] in {pytester.path / 'pyproject.toml'}",
     }[source]
     assert f"unknown option {key!r} (from {where}): no installed backend" in out, out[-2000:]
     assert f"Did you mean {meant}" in out, out[-2000:]
@@ -152,17 +161,17 @@ def test_a_misspelt_option_ends_the_run_before_any_test(
 
 
 @pytest.mark.parametrize("backend", list(MISSPELT))
-def test_rdq_chaos_refuses_a_misspelt_option(tmp_path: Path, backend: str) -> None:
+def test_rdq_chaos_refuses_a_misspelt_option(
+    tmp_path: Path, backend: str, capsys: pytest.CaptureFixture[str], no_rdq_env: object
+) -> None:
     key, meant = MISSPELT[backend]
-    proc = subprocess.run(
-        [sys.executable, "-m", "rdq_compliance.chaos.cli", "run", "standard",
-         f"--backend={backend}", "--option", f"{key}=3", "--out", str(tmp_path / "r")],
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert f"unknown option {key!r} (from --option): no installed backend" in proc.stderr
-    assert f"Did you mean {meant}" in proc.stderr, proc.stderr
-    assert not (tmp_path / "r" / "results.json").exists()
+    code = cli.main(["run", "standard", f"--backend={backend}", "--option", f"{key}=3",
+                     "--out", str(tmp_path / "r")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"unknown option {key!r} (from --option): no installed backend" in err, err
+    assert f"Did you mean {meant}" in err, err
+    assert not (tmp_path / "r").exists()
 
 
 def test_an_option_of_another_backend_is_named_in_the_header_as_unused(tmp_path: Path) -> None:
