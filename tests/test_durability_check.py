@@ -84,8 +84,8 @@ def test_a_restart_that_loses_everything_fails_naming_the_rule_and_the_tasks() -
     report = run_durability_check(server, lambda: Handle(server), QUICK)  # type: ignore[arg-type, return-value]
     assert not report.ok
     assert report.message.startswith(
-        "[durability] acknowledged work survives a kill and restart of the server (SPEC "
-        "§5.13): after a SIGKILL and restart of a pretend server: "
+        "[durability] acknowledged work survives a kill and restart of the server: "
+        "after a SIGKILL and restart of a pretend server: "
     )
     for kind in ("enqueues", "claims", "outcomes"):
         assert f"acknowledged {kind} lost: task 'w" in report.message

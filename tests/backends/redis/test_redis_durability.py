@@ -76,8 +76,8 @@ def test_without_persistence_the_loss_is_detected_and_named(workdir: Path) -> No
     assert not report.ok
     text = report.message
     assert text.startswith(
-        f"[{CHECK.rule}] acknowledged work survives a kill and restart of the server (SPEC "
-        "§5.13): after a SIGKILL and restart of local binary "
+        f"[{CHECK.rule}] acknowledged work survives a kill and restart of the server: "
+        "after a SIGKILL and restart of local binary "
     ), text
     assert "(persistence none: --appendonly no --save '')" in text
     enqueued = len(report.ledger.enqueued)
