@@ -215,10 +215,10 @@ def _summarise(console: Console, result: CampaignResult) -> None:
 
 def _load(
     args: argparse.Namespace, err: Console
-) -> tuple[Scenario, Settings, list[str]] | None:
-    """The scenario (its seed overridden by ``--seed``), the resolved settings and the
-    header's notes on the options given (an unknown key is an error), or ``None`` after
-    printing why not."""
+) -> tuple[Scenario, Settings, str, list[str]] | None:
+    """The scenario (its seed overridden by ``--seed``), the resolved settings, the
+    backend's name and the header's notes on the options given (an unknown key is an
+    error), or ``None`` after printing why not."""
     try:
         scenario = load_scenario(args.scenario)
         if args.seed is not None:
@@ -233,11 +233,12 @@ def _load(
         )
         if settings.backend is None:
             raise NoBackendSelected("--backend NAME")
-        notes = check_options(settings, registry.load_backend(settings.backend)).header_lines()
+        backend = settings.backend
+        notes = check_options(settings, registry.load_backend(backend)).header_lines()
     except (ScenarioError, InvalidArgument, registry.UnknownBackend) as exc:
         err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return None
-    return scenario, settings, notes
+    return scenario, settings, backend, notes
 
 
 def _typed_dsn(settings: Settings) -> str | None:
@@ -252,9 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = _load(args, err)
     if loaded is None:
         return EXIT_USAGE
-    scenario, settings, notes = loaded
-    backend = settings.backend
-    assert backend is not None
+    scenario, settings, backend, notes = loaded
     out = args.out or _default_out(scenario.name, backend, scenario.seed)
     try:
         _log_to(out / "logs" / "harness.log")
@@ -324,9 +323,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     loaded = _load(args, err)
     if loaded is None:
         return EXIT_USAGE
-    scenario, settings, notes = loaded
-    backend = settings.backend
-    assert backend is not None
+    scenario, settings, backend, notes = loaded
     if base is None:
         base = secrets.randbelow(2**31)
     else:
