@@ -78,3 +78,53 @@ def test_broken_backend_fails_with_program_seed_and_replay(project: pytest.Pytes
     other = project.runpytest_subprocess(*args, "--rdq-hypothesis-seed=7")
     other.assert_outcomes(failed=1)
     other.stdout.fnmatch_lines(["*seed 7*"])
+
+
+def test_the_run_says_what_it_should_take_and_then_what_the_last_one_took(
+    project: pytest.Pytester,
+) -> None:
+    """The first line gives the profile's figure; the next run, the last run's seconds
+    (kept in pytest's cache)."""
+    args = ("--rdq-backend=rdq_theirs:backend", "-m", "stateful", "-q")
+    first = project.runpytest_subprocess(*args)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(
+        ["rdq stateful (ci profile, rdq_theirs:backend): 100 programs of up to 30 steps; "
+         "expected: about * on sqlite*"]
+    )  # fmt: skip
+    second = project.runpytest_subprocess(*args)
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines(
+        ["rdq stateful (ci profile, *): * expected: * s (the last run here)"]
+    )
+
+
+def test_progress_lines_estimate_the_time_left_from_the_runs_rate() -> None:
+    from rdq_compliance.stateful.records import RunStats
+    from rdq_compliance.stateful.runner import EXPECTED, PROGRESS_EVERY_S, Progress
+
+    now = [100.0]
+    lines: list[str] = []
+    progress = Progress(
+        lines.append, backend="b", profile="deep", total=2000, steps=60, clock=lambda: now[0]
+    )
+    assert lines == [
+        "rdq stateful (deep profile, b): 2000 programs of up to 60 steps; expected: "
+        + EXPECTED["deep"]
+    ]
+    stats = RunStats(on_example=progress)
+    for _ in range(499):
+        stats.begin_example()
+    assert len(lines) == 1, "no line before PROGRESS_EVERY_S"
+    now[0] += PROGRESS_EVERY_S * 2  # 20 s for 500 programs: 1,500 left, 60 s
+    stats.steps = 9000
+    stats.begin_example()
+    assert lines[-1] == (
+        "rdq stateful (deep profile, b): 500/2000 programs, 9000 steps, 20 s; about 60 s left"
+    )
+    stats.begin_example()
+    assert len(lines) == 2, "at most one line per PROGRESS_EVERY_S"
+    stats.failed(5)
+    now[0] += PROGRESS_EVERY_S
+    stats.begin_example()
+    assert lines[-1].endswith("a rule broke: shrinking the failing program")

@@ -122,7 +122,7 @@ class BackendVsModel(RuleBasedStateMachine):
         self.target = target
         self.config = config or MachineConfig()
         self.stats = stats or RunStats()
-        self.stats.examples += 1
+        self.stats.begin_example()
         self.steps = 0
         self.step_label = "before the first step"
         self.context = ""

@@ -47,6 +47,14 @@ class RunStats:
     #: Steps of the last failing example: hypothesis replays the shrunk program last.
     shrunk_steps: int | None = None
     started: float = field(default_factory=time.perf_counter)
+    #: called with the stats as each program begins (the runner's progress line)
+    on_example: Callable[[RunStats], None] | None = None
+
+    def begin_example(self) -> None:
+        """A program begins: count it and tell ``on_example``."""
+        self.examples += 1
+        if self.on_example is not None:
+            self.on_example(self)
 
     def failed(self, steps: int) -> None:
         self.failures += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,60 @@ COMMON: dict[str, Any] = {
 }
 #: The seed of the ``ci`` profile (``deep`` draws one per run).
 CI_SEED = 0
+#: What a profile takes when no earlier run here says, as a run starts (measured on 2
+#: shared cores: BENCHMARKS.md, "Stateful machine: the ci profile per backend").
+EXPECTED: dict[str, str] = {
+    "ci": "about 8 s on memory, 15 s on sqlite, 40 s on postgres (2 cores)",
+    "deep": "about 7 min on sqlite, 26 min on postgres (2 cores)",
+}
+#: Seconds between two progress lines.
+PROGRESS_EVERY_S = 10.0
+
+
+class Progress:
+    """The progress lines of one run: ``write(line)`` at the start, then at most every
+    :data:`PROGRESS_EVERY_S` seconds as programs begin, with the time left estimated from
+    this run's rate (``expected``: what the run should take, for the first line)."""
+
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        *,
+        backend: str,
+        profile: str,
+        total: int,
+        steps: int,
+        expected: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.write, self.total, self.clock = write, total, clock
+        self.label = f"rdq stateful ({profile} profile, {backend})"
+        self.started = clock()
+        self.last = self.started
+        guess = expected or EXPECTED.get(profile, "not known")
+        write(f"{self.label}: {total} programs of up to {steps} steps; expected: {guess}")
+
+    def __call__(self, stats: RunStats) -> None:
+        now = self.clock()
+        if now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        self.write(self.line(stats, now))
+
+    def line(self, stats: RunStats, now: float) -> str:
+        elapsed = now - self.started
+        done = min(stats.examples, self.total)
+        head = f"{self.label}: {done}/{self.total} programs, {stats.steps} steps, {elapsed:.0f} s"
+        if stats.failures:
+            return f"{head}; a rule broke: shrinking the failing program"
+        if 0 < done < self.total:
+            left = elapsed / done * (self.total - done)
+            return f"{head}; about {_duration(left)} left"
+        return head
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def register_profiles() -> None:
@@ -90,10 +145,14 @@ def run(
     config: MachineConfig | None = None,
     stats: RunStats | None = None,
     rerun: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    expected: str | None = None,
 ) -> RunStats:
     """Run the machine on ``target``; raise (with the shrunk program) if the backend
     breaks a rule. ``settings`` overrides ``profile``; ``rerun`` is the command line that
-    replays the run, for the failure note (a ``{seed}`` in it is filled in).
+    replays the run, for the failure note (a ``{seed}`` in it is filled in);
+    ``progress(line)`` gets a line as the run starts (with ``expected``, what it should
+    take, else the profile's figure) and then every few seconds (:class:`Progress`).
 
     The machine's two queues are ``config.queues`` when a config is given, else
     :func:`~rdq_compliance.queue_names.queue_pair` of the target's backend (a
@@ -102,6 +161,15 @@ def run(
     stats = stats if stats is not None else RunStats()
     used_seed = pick_seed(profile, seed)
     chosen = settings if settings is not None else settings_for(profile, database)
+    if progress is not None:
+        stats.on_example = Progress(
+            progress,
+            backend=target.name,
+            profile=profile,
+            total=chosen.max_examples,
+            steps=chosen.stateful_step_count,
+            expected=expected,
+        )
     if config is not None:
         cfg = config
     else:
