@@ -50,6 +50,8 @@ _OPTIONS = pytest.StashKey[option_check.OptionReport]()
 #: the ladder offered no server, for the session fixture.
 _EARLY = pytest.StashKey[Session]()
 _UNAVAILABLE = pytest.StashKey[ProvisionUnavailable]()
+#: what the sweep of the server given by DSN did, for the header
+_SWEPT = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -161,6 +163,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         return None
     report = config.stash.get(_OPTIONS, None)
     notes = report.header_lines() if report is not None else []
+    swept = config.stash.get(_SWEPT, None)
+    if swept:
+        notes.append(f"server given by DSN: {swept}")
     return "\n".join([f"rdq: {settings.describe(s)}", *(f"rdq: {n}" for n in notes)])
 
 
@@ -178,12 +183,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if hasattr(config, "workerinput"):  # the xdist controller checked already
         return
     if s.dsn:
-        _probe_dsn(s)
+        swept = _probe_dsn(s)
+        if swept:
+            config.stash[_SWEPT] = swept
+            reporter = config.stash.get(pytest_report.KEY, None)
+            if reporter is not None:
+                reporter.swept(swept)
     else:
         _start_early(config, s)
 
 
-def _probe_dsn(s: settings.Settings) -> None:
+def _probe_dsn(s: settings.Settings) -> str | None:
+    """Ask the server named by DSN once (and sweep the namespaces dead runs left on it,
+    :mod:`rdq_compliance.provision.owners`); what the sweep did, for the header."""
     assert s.dsn is not None
     probe = Session(s)
     try:
@@ -196,6 +208,8 @@ def _probe_dsn(s: settings.Settings) -> None:
             "Start that server, correct the address, or remove the DSN to let the kit "
             "provision a server of its own."
         ) from None
+    else:
+        return probe.swept.summary() if probe.swept is not None else None
     finally:
         probe.close()
 

@@ -53,6 +53,7 @@ class Reporting:
         self._server: str | None = None
         self._server_sent = False
         self._ledger_checked = False
+        self._swept: str | None = None
 
     @classmethod
     def for_run(cls, config: pytest.Config, settings: Settings, backend: object) -> Reporting:
@@ -70,12 +71,19 @@ class Reporting:
             raise pytest.UsageError(f"rdq: {exc}") from None
         return cls(config, settings, ledger)
 
+    def swept(self, line: str) -> None:
+        """What the sweep of the server given by DSN did before the session's server was
+        provisioned (the plugin's probe of the DSN, in this process)."""
+        self._swept = line
+
     def server_ready(self, session: Session) -> None:
         """Called once the session's server is provisioned (in this process)."""
         server = session.server
-        self._server = json.dumps(
-            {"origin": server.origin, "version": getattr(server, "version", None) or ""}
-        )
+        facts = {"origin": server.origin, "version": getattr(server, "version", None) or ""}
+        swept = session.swept.summary() if session.swept is not None else None
+        if swept or self._swept:
+            facts["swept"] = swept or self._swept or ""
+        self._server = json.dumps(facts)
         self._server_sent = False
 
     # ---- collection ---------------------------------------------------------------------

@@ -182,6 +182,8 @@ class Summary:
         for server in self._servers[:3]:
             version = server.get("version") or "version not declared by the backend"
             lines.append(f"rdq: {self.backend} server: {server['origin']} [{version}]")
+            if server.get("swept"):
+                lines.append(f"  before the run: {server['swept']}")
         if len(self._servers) > 3:
             lines.append(f"  ... and {len(self._servers) - 3} more servers (one per process)")
         lines.append(f"  settings: {self.settings_line}")

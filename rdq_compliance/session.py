@@ -39,9 +39,16 @@ from pathlib import Path
 from types import TracebackType
 
 from rdq_compliance import registry
-from rdq_compliance.provision.backend import Backend, ProvisionRequest, Server, StorageSpec
+from rdq_compliance.provision import owners
+from rdq_compliance.provision.backend import (
+    Backend,
+    ProvisionRequest,
+    Server,
+    StorageSpec,
+    UnsupportedFault,
+)
 from rdq_compliance.settings import Settings
-from rdq_core.errors import InvalidArgument
+from rdq_core.errors import InvalidArgument, RdqError
 from rdq_core.model import Capabilities
 from rdq_core.spi import Storage
 
@@ -94,6 +101,9 @@ class Session:
         self._server: Server | None = None
         self._capabilities: Capabilities | None = None
         self._lock = threading.Lock()
+        #: what the sweep of a server given by DSN found and did (``None``: no sweep, the
+        #: kit started the server itself, so no earlier run's namespace can be on it)
+        self.swept: owners.SweepReport | None = None
 
     # ---- the server -------------------------------------------------------------------
 
@@ -120,6 +130,8 @@ class Session:
             except BaseException:
                 self._remove_workdir()
                 raise
+            if self.settings.dsn is not None:
+                self.swept = sweep_server(self._server)
             return self._server
 
     @property
@@ -206,6 +218,19 @@ class Session:
     def __repr__(self) -> str:
         where = self._server.origin if self._server is not None else "not started"
         return f"<Session {self.name} ({where})>"
+
+
+def sweep_server(server: Server) -> owners.SweepReport:
+    """Drop the namespaces that runs which died left on ``server`` (see
+    :mod:`rdq_compliance.provision.owners`); a server that keeps no owner records, or
+    cannot list them now, is reported as such and left as it is."""
+    try:
+        records = server.recorded_namespaces()
+    except UnsupportedFault as exc:
+        return owners.SweepReport(unsupported=str(exc))
+    except RdqError as exc:
+        return owners.SweepReport(error=str(exc))
+    return owners.sweep(records, server.drop_namespace)
 
 
 def _safe(name: str) -> str:

@@ -216,6 +216,9 @@ def run_campaign(
     counters.notes.extend(plan.skipped)
     if lease_note:
         counters.notes.append(lease_note)
+    swept = session.swept.summary() if session.swept is not None else None
+    if swept:
+        counters.notes.append(f"before the run, on the server given by DSN: {swept}")
     result = CampaignResult(
         scenario=scenario,
         seed=scenario.seed,

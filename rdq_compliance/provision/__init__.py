@@ -43,6 +43,9 @@ One small module per job:
                           :func:`start_container_server` (the container, then its
                           ``Server``; the container removed if that fails)
 ``netns``                 the network namespaces of partitions (used by the chaos harness)
+``owners``                who made a namespace and when: :func:`owner_record` (what a
+                          ``Server`` stores with each namespace) and the sweep that drops
+                          the namespaces of dead runs (``Server.recorded_namespaces``)
 ``forwarder``             a TCP relay on 127.0.0.1 (a replicated server's one address)
 ========================  ===============================================================
 
@@ -51,7 +54,8 @@ so it is usable without the kit, and never this package; its *plugin* half (the
 ``Backend``, its ``Server`` and rungs) imports from here. This package imports only
 :mod:`rdq_core`, the standard library and psutil (docker and testcontainers lazily, in the
 container helpers), never a backend. Its modules import one another by module
-(``from rdq_compliance.provision.ports import free_port``), never through this
+(``from rdq_compliance.provision.owners import owner_record
+from rdq_compliance.provision.ports import free_port``), never through this
 ``__init__``, so that importing any one of them does not need the others.
 """
 
@@ -93,6 +97,7 @@ from rdq_compliance.provision.options import (
     RungOptions,
     option,
 )
+from rdq_compliance.provision.owners import owner_record
 from rdq_compliance.provision.ports import PortInUse, free_port, port_open, start_on_free_port
 from rdq_compliance.provision.process import (
     ManagedProcess,
@@ -145,6 +150,7 @@ __all__ = [
     "find_binary",
     "free_port",
     "option",
+    "owner_record",
     "port_open",
     "remove_tree",
     "resolve_user",

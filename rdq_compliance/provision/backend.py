@@ -130,6 +130,17 @@ class Server(ABC):
     def drop_namespace(self, namespace: str) -> None:
         """Remove a namespace and everything in it; idempotent."""
 
+    def recorded_namespaces(self) -> Mapping[str, str | None]:
+        """Every namespace of the kit's on the server, each with the owner record stored
+        with it (``None`` where there is none).
+
+        The hook of the sweep (:mod:`rdq_compliance.provision.owners`): a server that fills
+        it stores :func:`~rdq_compliance.provision.owners.owner_record` with each
+        namespace in :meth:`create_namespace`, and the next run given the same DSN drops
+        the namespaces of runs that died (a SIGKILL, a SIGTERM) through
+        :meth:`drop_namespace`. Default: the server keeps no records, nothing is swept."""
+        raise UnsupportedFault(f"{type(self).__name__} keeps no owner records of its namespaces")
+
     def discard_namespace(self, namespace: str) -> None:
         """The caller is done with ``namespace``: drop it now, or later in the background
         (a server that can keeps test set-up off the clock that way); :meth:`close` drops

@@ -21,6 +21,8 @@ from pymongo import ASCENDING, IndexModel
 TASKS = "tasks"
 COUNTERS = "counters"
 SEQ_ID = "seq"
+#: The field of the sequence document that keeps the kit's owner record.
+OWNER = "owner"
 
 TASK_INDEXES = (
     IndexModel([("queue", ASCENDING), ("due_us", ASCENDING), ("seq", ASCENDING)], name="claim"),
@@ -34,7 +36,16 @@ TASK_INDEXES = (
 )
 
 
-def ensure(db: Any) -> None:
-    """Create the namespace's indexes (and so its collections) if they are missing."""
+def ensure(db: Any, owner: str | None = None) -> None:
+    """Create the namespace's indexes (and so its collections) if they are missing; a new
+    sequence document keeps ``owner`` (the kit's owner record) beside its counter."""
     db[TASKS].create_indexes(list(TASK_INDEXES))
-    db[COUNTERS].find_one_and_update({"_id": SEQ_ID}, {"$setOnInsert": {"n": 0}}, upsert=True)
+    fresh: dict[str, Any] = {"n": 0} if owner is None else {"n": 0, OWNER: owner}
+    db[COUNTERS].find_one_and_update({"_id": SEQ_ID}, {"$setOnInsert": fresh}, upsert=True)
+
+
+def owner_of(db: Any) -> str | None:
+    """The owner record the namespace's sequence document keeps, if any."""
+    doc = db[COUNTERS].find_one({"_id": SEQ_ID}, {OWNER: 1})
+    value = doc.get(OWNER) if doc else None
+    return value if isinstance(value, str) else None

@@ -20,6 +20,7 @@ this module.
 
 from __future__ import annotations
 
+import re
 import secrets
 
 import pymongo
@@ -27,6 +28,7 @@ import pymongo.errors as px
 
 from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import Server
+from rdq_compliance.provision.owners import owner_record
 from rdq_core.errors import BackendUnavailable
 from rdq_mongo import schema
 from rdq_mongo.connection import close_client, namespace_name, open_client, parse_uri
@@ -38,6 +40,8 @@ __all__ = ["ADMIN_APP_NAME", "NAMESPACE_PREFIX", "MongoServer"]
 #: The kit's own connections (a namespace's are ``rdq:<namespace>``).
 ADMIN_APP_NAME = "rdq-admin"
 NAMESPACE_PREFIX = "rdq_"
+#: The names :meth:`MongoServer.create_namespace` gives.
+MADE_NAME_RE = re.compile(NAMESPACE_PREFIX + "[0-9a-f]{12}")
 
 
 class MongoServer(Server):
@@ -87,9 +91,21 @@ class MongoServer(Server):
 
     def create_namespace(self) -> str:
         namespace = NAMESPACE_PREFIX + secrets.token_hex(6)
-        self.admin.call("create_namespace", lambda c: schema.ensure(c[namespace]))
+        self.admin.call(
+            "create_namespace", lambda c: schema.ensure(c[namespace], owner_record())
+        )
         self.admin.created(namespace)
         return namespace
+
+    def recorded_namespaces(self) -> dict[str, str | None]:
+        """The databases named as :meth:`create_namespace` names them, each with the owner
+        record its sequence document keeps."""
+
+        def find(client: pymongo.MongoClient) -> dict[str, str | None]:
+            names = [n for n in client.list_database_names() if MADE_NAME_RE.fullmatch(n)]
+            return {name: schema.owner_of(client[name]) for name in names}
+
+        return self.admin.call("recorded_namespaces", find)
 
     def drop_namespace(self, namespace: str) -> None:
         namespace_name(namespace)

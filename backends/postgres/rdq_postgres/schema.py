@@ -240,10 +240,13 @@ def create_namespace(conn: psycopg.Connection, schema: str) -> list[int]:
     return migrate(conn, schema, create_schema=True)
 
 
-def create_new_namespace(conn: psycopg.Connection, schema: str) -> None:
-    """Create ``schema``, which must not exist yet (a fresh name), with every migration, in
-    ONE round trip: the statements :func:`migrate` runs one by one (the same DDL, the
-    ledger filled in), sent as one multi-statement query, which PostgreSQL runs as one
+def create_new_namespace(
+    conn: psycopg.Connection, schema: str, comment: str | None = None
+) -> None:
+    """Create ``schema``, which must not exist yet (a fresh name), with every migration
+    (and ``comment`` as the schema's comment: the kit's owner record), in ONE round
+    trip: the statements :func:`migrate` runs one by one (the same DDL, the ledger
+    filled in), sent as one multi-statement query, which PostgreSQL runs as one
     implicit transaction — all or nothing. About 40 % cheaper than :func:`create_namespace`
     (its ~12 round trips) on a local server. ``conn`` must be in autocommit mode and idle.
     Raises raw ``psycopg.Error`` (``DuplicateSchema`` if it exists; callers map it)."""
@@ -253,6 +256,8 @@ def create_new_namespace(conn: psycopg.Connection, schema: str) -> None:
         sql.SQL("CREATE SCHEMA {}").format(name),
         _ledger_ddl(schema),
     ]
+    if comment is not None:
+        statements.append(sql.SQL("COMMENT ON SCHEMA {} IS {}").format(name, sql.Literal(comment)))
     for migration in MIGRATIONS:
         statements.extend(_statement(template, schema) for template in migration.statements)
         statements.append(
@@ -262,6 +267,20 @@ def create_new_namespace(conn: psycopg.Connection, schema: str) -> None:
         )
     # no parameters: psycopg sends it as a simple query, where several statements may go
     conn.execute(sql.SQL(";\n").join(statements).as_string(conn).encode())
+
+
+#: The names ``Server.create_namespace`` gives (``rdq_`` and 32 hex digits).
+MADE_NAME_RE = r"^rdq_[0-9a-f]{32}$"
+
+
+def made_namespaces(conn: psycopg.Connection) -> dict[str, str | None]:
+    """Every schema named as ``Server.create_namespace`` names them, with its comment."""
+    rows = conn.execute(
+        "SELECT nspname, obj_description(oid, 'pg_namespace') FROM pg_catalog.pg_namespace "
+        "WHERE nspname ~ %s",
+        (MADE_NAME_RE,),
+    ).fetchall()
+    return {str(name): comment for name, comment in rows}
 
 
 def drop_namespace(conn: psycopg.Connection, schema: str) -> None:

@@ -22,6 +22,7 @@ from psycopg import sql
 
 from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
+from rdq_compliance.provision.owners import owner_record
 from rdq_core.errors import BackendUnavailable
 from rdq_postgres import schema
 from rdq_postgres.connection import (
@@ -83,7 +84,13 @@ class PostgresServer(Server):
                 f"rdq_postgres needs PostgreSQL >= 13"
             )
         self._stock = (
-            NamespaceStock(dsn, prefetch, drop=self._drop_on, on_dropped=self.admin.dropped)
+            NamespaceStock(
+                dsn,
+                prefetch,
+                drop=self._drop_on,
+                on_dropped=self.admin.dropped,
+                record=owner_record,
+            )
             if prefetch > 0
             else None
         )
@@ -117,7 +124,8 @@ class PostgresServer(Server):
         if namespace is None:
             namespace = new_namespace_name()
             self.admin.call(
-                "create_namespace", lambda conn: schema.create_new_namespace(conn, namespace)
+                "create_namespace",
+                lambda conn: schema.create_new_namespace(conn, namespace, owner_record()),
             )
         self.admin.created(namespace)
         return namespace
@@ -127,6 +135,11 @@ class PostgresServer(Server):
         withdraw_connection(self.dsn, namespace)  # made ahead by the stock, never taken
         self.admin.call("drop_namespace", lambda conn: self._drop_on(conn, namespace))
         self.admin.dropped(namespace)
+
+    def recorded_namespaces(self) -> dict[str, str | None]:
+        """The schemas named as :meth:`create_namespace` names them, each with its comment
+        (the owner record written in the same transaction)."""
+        return self.admin.call("recorded_namespaces", schema.made_namespaces)
 
     def discard_namespace(self, namespace: str) -> None:
         """Dropped by the stock's thread when there is one (``close()`` drops it at the

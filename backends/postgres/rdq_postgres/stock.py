@@ -65,8 +65,12 @@ class NamespaceStock:
         *,
         drop: Callable[[psycopg.Connection, str], None] | None = None,
         on_dropped: Callable[[str], None] = _no_op,
+        record: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """``record()``: the comment stored with each namespace made (the kit's owner
+        record, :func:`rdq_compliance.provision.owners.owner_record`)."""
         self._dsn = dsn
+        self._record = record
         self._size = size
         self._drop = drop or schema.drop_namespace
         self._on_dropped = on_dropped
@@ -175,7 +179,7 @@ class NamespaceStock:
                         self._drop(conn, namespace)
                     else:
                         namespace = new_namespace_name()
-                        schema.create_new_namespace(conn, namespace)
+                        schema.create_new_namespace(conn, namespace, self._record())
                         first = self._first_connection(namespace)
                 except psycopg.Error:
                     if action == "drop" and namespace is not None:

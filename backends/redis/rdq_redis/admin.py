@@ -3,7 +3,10 @@ namespace's connections (storage half: redis-py and ``rdq_core`` only, usable wi
 the kit).
 
 - **create** writes the namespace's record ``rdq:{ns:meta}`` (layout version, bucket
-  count, creation time from the server's ``TIME``); storages need nothing else.
+  count, creation time from the server's ``TIME``, and the kit's owner record when
+  given); storages need nothing else.
+- **find** lists, on every master, the namespaces made here (their records), with the
+  owner each record names (the kit's sweep of dead runs' namespaces).
 - **drop** deletes every key matching ``rdq:{ns:*`` on every master, found with
   ``SCAN`` in batches and deleted with ``UNLINK`` one key per command (pipelined), so no
   multi-key command ever spans two slots: never ``KEYS *``, never ``FLUSHALL``/``FLUSHDB``.
@@ -13,6 +16,7 @@ the kit).
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
@@ -29,18 +33,37 @@ def new_namespace_name() -> str:
     return f"ns{secrets.token_hex(10)}"
 
 
-def create_namespace(client: Any, namespace: str) -> None:
+def create_namespace(client: Any, namespace: str, owner: str | None = None) -> None:
+    """Write ``namespace``'s marker key, with ``owner`` (the kit's owner record) in it."""
     namespace = keys.namespace_name(namespace)
     seconds, micros = _time(client)
-    client.hset(
-        keys.meta_key(namespace),
-        mapping={
-            "layout": keys.LAYOUT_VERSION,
-            "buckets": keys.BUCKETS,
-            "id_shards": keys.ID_SHARDS,
-            "created_us": int(seconds) * 1_000_000 + int(micros),
-        },
-    )
+    mapping: dict[str, Any] = {
+        "layout": keys.LAYOUT_VERSION,
+        "buckets": keys.BUCKETS,
+        "id_shards": keys.ID_SHARDS,
+        "created_us": int(seconds) * 1_000_000 + int(micros),
+    }
+    if owner is not None:
+        mapping["owner"] = owner
+    client.hset(keys.meta_key(namespace), mapping=mapping)
+
+
+#: The marker key of a namespace named as :func:`new_namespace_name` names them.
+_MADE_META_RE = re.compile(rb"rdq:\{(ns[0-9a-f]{20}):meta\}")
+
+
+def made_namespaces(client: Any) -> dict[str, str | None]:
+    """Every namespace named as :func:`new_namespace_name` names them (its marker key, on
+    every master), with the ``owner`` field of that key."""
+    found: dict[str, str | None] = {}
+    for node in primaries(client):
+        for key in node.scan_iter(match="rdq:{ns*:meta}", count=SCAN_COUNT):
+            m = _MADE_META_RE.fullmatch(key if isinstance(key, bytes) else key.encode())
+            if m is None:
+                continue
+            owner = node.hget(key, "owner")
+            found[m.group(1).decode()] = owner.decode() if isinstance(owner, bytes) else owner
+    return found
 
 
 def _time(client: Any) -> tuple[int, int]:

@@ -24,6 +24,7 @@ import redis.exceptions as rx
 
 from rdq_compliance.provision.admin import AdminHandle
 from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server, UnsupportedFault
+from rdq_compliance.provision.owners import owner_record
 from rdq_core.errors import BackendUnavailable
 from rdq_redis import admin as redis_admin
 from rdq_redis import keys
@@ -77,9 +78,17 @@ class RedisServer(Server):
 
     def create_namespace(self) -> str:
         namespace = redis_admin.new_namespace_name()
-        self.admin.call("create_namespace", lambda c: redis_admin.create_namespace(c, namespace))
+        self.admin.call(
+            "create_namespace",
+            lambda c: redis_admin.create_namespace(c, namespace, owner_record()),
+        )
         self.admin.created(namespace)
         return namespace
+
+    def recorded_namespaces(self) -> dict[str, str | None]:
+        """The namespaces named as :meth:`create_namespace` names them, each with the
+        ``owner`` field of its marker key."""
+        return self.admin.call("recorded_namespaces", redis_admin.made_namespaces)
 
     def drop_namespace(self, namespace: str) -> None:
         keys.namespace_name(namespace)

@@ -90,13 +90,47 @@ def quoted(name: str) -> str:
     return f"`{namespace_name(name)}`"
 
 
-def create_namespace(conn: pymysql.Connection, name: str) -> None:
-    """Create database ``name`` and its tables (idempotent). Raw PyMySQL errors propagate."""
+#: The one-row table that keeps who made the namespace (the kit's owner record).
+OWNER_TABLE = "rdq_owner"
+#: The names ``MySqlServer.create_namespace`` gives (``rdq_`` and 32 hex digits).
+MADE_NAME_RE = re.compile(r"rdq_[0-9a-f]{32}")
+
+
+def create_namespace(conn: pymysql.Connection, name: str, owner: str | None = None) -> None:
+    """Create database ``name`` and its tables (idempotent), and keep ``owner`` in its
+    ``rdq_owner`` table when given. Raw PyMySQL errors propagate."""
     db = quoted(name)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {db} CHARACTER SET utf8mb4")
         for statement in TABLES:
             cur.execute(statement.format(db=db))
+        if owner is not None:
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {db}.{OWNER_TABLE} (record VARCHAR(1000) NOT NULL)"
+            )
+            cur.execute(f"INSERT INTO {db}.{OWNER_TABLE} (record) VALUES (%s)", (owner,))
+
+
+def made_namespaces(conn: pymysql.Connection) -> dict[str, str | None]:
+    """Every database named as ``MySqlServer.create_namespace`` names them, with the
+    record of its ``rdq_owner`` table (``None`` when it has none)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+        names = [str(r[0]) for r in cur.fetchall() if MADE_NAME_RE.fullmatch(str(r[0]))]
+        cur.execute(
+            "SELECT TABLE_SCHEMA FROM information_schema.TABLES WHERE TABLE_NAME = %s",
+            (OWNER_TABLE,),
+        )
+        owned = {str(r[0]) for r in cur.fetchall()}
+        found: dict[str, str | None] = {}
+        for name in names:
+            record = None
+            if name in owned:
+                cur.execute(f"SELECT record FROM {quoted(name)}.{OWNER_TABLE} LIMIT 1")
+                row = cur.fetchone()
+                record = row[0] if row else None
+            found[name] = record.decode() if isinstance(record, bytes) else record
+        return found
 
 
 def drop_namespace(conn: pymysql.Connection, name: str) -> None:

@@ -17,7 +17,7 @@ import secrets
 
 import pymysql
 
-from rdq_compliance.provision import CUT_CONNECTIONS, AdminHandle, Server
+from rdq_compliance.provision import CUT_CONNECTIONS, AdminHandle, Server, owner_record
 from rdq_core.errors import BackendUnavailable
 from rdq_mysql import schema
 from rdq_mysql.connection import connect
@@ -76,9 +76,17 @@ class MySqlServer(Server):
 
     def create_namespace(self) -> str:
         namespace = new_namespace_name()
-        self.admin.call("create_namespace", lambda conn: schema.create_namespace(conn, namespace))
+        self.admin.call(
+            "create_namespace",
+            lambda conn: schema.create_namespace(conn, namespace, owner_record()),
+        )
         self.admin.created(namespace)
         return namespace
+
+    def recorded_namespaces(self) -> dict[str, str | None]:
+        """The databases named as :meth:`create_namespace` names them, each with the
+        owner record of its ``rdq_owner`` table."""
+        return self.admin.call("recorded_namespaces", schema.made_namespaces)
 
     def drop_namespace(self, namespace: str) -> None:
         schema.namespace_name(namespace)
