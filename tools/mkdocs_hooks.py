@@ -217,6 +217,7 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rdq_compliance.provision.users", ("server_base", "server_user", "RunAs")),
     ("rdq_compliance.provision.options", ("option", "RungOptions", "Paths")),
     ("rdq_compliance.provision.admin", ("AdminHandle",)),
+    ("rdq_compliance.provision.owners", ("owner_record", "Owner")),
     ("rdq_compliance.provision.ports", ("free_port", "port_open", "start_on_free_port")),
     ("rdq_compliance.provision.binaries", ("find_binary", "find_binaries")),
     ("rdq_compliance.registry", ("load_backend", "installed")),
