@@ -12,7 +12,7 @@ installed in it, for instance). It knows no backend: the adapter says what to pr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rdq_compliance.provision.backend import Server
@@ -85,6 +85,9 @@ class WrappedServer(Server):
 
     def discard_namespace(self, namespace: str) -> None:
         self.inner.discard_namespace(namespace)
+
+    def recorded_namespaces(self) -> Mapping[str, str | None]:
+        return self.inner.recorded_namespaces()
 
     # ---- the rest: the inner server's --------------------------------------------------------
 

@@ -29,6 +29,9 @@ class Inner(Server):
     def drop_namespace(self, namespace: str) -> None:
         self.dropped.append(namespace)
 
+    def recorded_namespaces(self) -> dict[str, str | None]:
+        return {ns: f"record of {ns}" for ns in self.made}
+
     def close(self) -> None:
         pass
 
@@ -48,6 +51,7 @@ def test_everything_is_the_inner_servers_and_namespaces_are_prepared():
     server.kill()
     assert inner.killed == 1 and server.extra == inner.extra
     assert server.network_address() == ("127.0.0.1", 2)
+    assert server.recorded_namespaces() == {"ns0": "record of ns0"}  # what the sweep reads
     server.discard_namespace("ns0")
     assert inner.dropped == ["ns0"]
 
