@@ -52,10 +52,10 @@ COMMON: dict[str, Any] = {
 #: The seed of the ``ci`` profile (``deep`` draws one per run).
 CI_SEED = 0
 #: What a profile takes when no earlier run here says, as a run starts (measured on 2
-#: shared cores: BENCHMARKS.md, "Stateful machine: the ci profile per backend").
+#: cores, 2026-12-04: BENCHMARKS.md, "Stateful machine: the ci profile per backend").
 EXPECTED: dict[str, str] = {
-    "ci": "about 8 s on memory, 15 s on sqlite, 40 s on postgres (2 cores)",
-    "deep": "about 7 min on sqlite, 26 min on postgres (2 cores)",
+    "ci": "about 3 s on memory, 5 s on sqlite, 13 s on postgres (2 cores)",
+    "deep": "about 2 min on sqlite, 6 min on postgres (2 cores)",
 }
 #: Seconds between two progress lines.
 PROGRESS_EVERY_S = 10.0
