@@ -8,14 +8,13 @@ party runs it, and the sweep drops what a SIGKILLed run of it left.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from rdq_compliance.session import Session
 from rdq_compliance.settings import resolve
@@ -27,12 +26,13 @@ PAGE = ROOT / "docs" / "writing-a-backend.md"
 
 def docs_text() -> str:
     """The backend-author page and the public interfaces page as the site builds it."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import mkdocs_hooks
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-    return PAGE.read_text() + "\n" + mkdocs_hooks.api()
+    spec = importlib.util.spec_from_file_location(
+        "rdq_mkdocs_hooks", ROOT / "tools" / "mkdocs_hooks.py"
+    )
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return PAGE.read_text() + "\n" + hooks.api()
 
 
 def undocumented(source: str, text: str) -> list[str]:
@@ -119,18 +119,8 @@ def test_a_killed_run_of_the_toy_is_swept_by_the_next(tmp_path: Path) -> None:
     assert (tmp_path / namespace / "owner").exists()
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
-    sys.path.insert(0, str(TOY))
-    try:
-        with Session(resolve(cli_backend="rdq_toy:backend", cli_dsn=dsn)) as session:
-            swept = session.swept
-    finally:
-        sys.path.remove(str(TOY))
+    with Session(resolve(cli_backend="rdq_toy:backend", cli_dsn=dsn)) as session:
+        swept = session.swept  # rdq_toy is on pytest's pythonpath (pyproject.toml)
     assert swept is not None and list(swept.dropped) == [namespace], swept
     assert f"pid {child.pid} on" in (swept.summary() or "")
     assert not (tmp_path / namespace).exists()
-
-
-@pytest.fixture(autouse=True)
-def _forget_the_toy() -> object:
-    yield
-    sys.modules.pop("rdq_toy", None)
