@@ -27,6 +27,7 @@ counted, and named, in the sweep's report.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -34,7 +35,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -67,7 +67,16 @@ def _pid_namespace() -> int:
         return 0
 
 
-_ME: dict[str, Any] = {}
+@functools.cache
+def _process_facts(pid: int) -> tuple[str, str, int, float]:
+    """Where process ``pid`` (this one) runs and when it started: read once per pid, so
+    a forked child reads its own."""
+    return (
+        socket.gethostname(),
+        _boot_id(),
+        _pid_namespace(),
+        round(psutil.Process(pid).create_time(), 2),
+    )
 
 
 @dataclass(frozen=True)
@@ -85,20 +94,13 @@ class Owner:
     def current(cls, created: float | None = None) -> Owner:
         """This process, making a namespace now (or at ``created``)."""
         pid = os.getpid()
-        if _ME.get("pid") != pid:  # read once per process (again in a forked child)
-            _ME.clear()
-            _ME.update(
-                pid=pid,
-                where=(socket.gethostname(), _boot_id(), _pid_namespace()),
-                started=round(psutil.Process(pid).create_time(), 2),
-            )
-        host, boot, pidns = _ME["where"]
+        host, boot, pidns, started = _process_facts(pid)
         return cls(
             host=host,
             boot=boot,
             pidns=pidns,
             pid=pid,
-            started=_ME["started"],
+            started=started,
             created=round(time.time() if created is None else created, 3),
         )
 

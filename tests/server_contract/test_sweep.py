@@ -85,21 +85,18 @@ def _hold(driver: ServerDriver, server: Server, tmp_path: Path, label: str):
     return proc, hold_file.read_text()
 
 
-def _owner(server: Server, namespace: str) -> Owner | None:
-    return Owner.decode(server.recorded_namespaces().get(namespace))
-
-
 @each("ladder")
 def test_a_killed_run_leaves_nothing_after_the_next_runs_sweep(
     driver: ServerDriver, shared: Server, tmp_path: Path
 ) -> None:
     signals = (signal.SIGTERM, signal.SIGKILL)
     runs = {sig: _hold(driver, shared, tmp_path, sig.name) for sig in signals}
+    records = shared.recorded_namespaces()
     for proc, namespace in runs.values():
-        owner = _owner(shared, namespace)
+        owner = Owner.decode(records.get(namespace))
         assert owner is not None and owner.pid == proc.pid, (
             f"{driver}: the namespace {namespace} of the run (pid {proc.pid}) keeps no owner "
-            f"record naming it: {shared.recorded_namespaces().get(namespace)!r}"
+            f"record naming it: {records.get(namespace)!r}"
         )
         assert owner.here() and owner.alive()
     # A sweep while they run leaves their namespaces alone.
