@@ -340,8 +340,12 @@ deadline = "60s"
 drain_timeout = "12s"
 """
 
-#: A campaign in a subprocess: ``python -c CAMPAIGN scenario.toml outdir [dsn]``; writes
-#: ``outdir/summary.json`` (violations, counters, the adapter's F2/F3 log lines by task).
+#: A campaign in a subprocess: ``python -c CAMPAIGN scenario.toml outdir dsn|- [seeds until]``;
+#: writes ``outdir/summary.json`` (violations, counters, the adapter's F2/F3 log lines by
+#: task). With ``seeds`` (``5,6,7``) and ``until`` (``f2-twice``) it runs the scenario once
+#: per seed, in order, and stops at the first run that shows the finding: a timing race
+#: does not land on every seed under load, so the summary keeps every attempt's seed and
+#: outcome and the test reports how many it took.
 CAMPAIGN = r"""
 import json, re, sys, tomllib
 from pathlib import Path
@@ -352,30 +356,63 @@ from rdq_compliance.settings import Settings
 
 scenario = scenario_from_dict(tomllib.loads(Path(sys.argv[1]).read_text()))
 out = Path(sys.argv[2])
-dsn = sys.argv[3] if len(sys.argv) > 3 else None
-session = Session(Settings(backend="dramatiq", dsn=dsn, docker=False), workdir=out / "work")
-session.start()
-try:
-    result = run_campaign(scenario, session=session, outdir=out / "report")
-finally:
-    session.close()
-logs = "".join(p.read_text(errors="replace") for p in (out / "report" / "logs").glob("*.log"))
-f3 = sorted(set(re.findall(r"F3: promoted delayed message \S+ \(message_id '([^']+)'\)", logs)))
-f2 = sorted(set(re.findall(r"F2: the Retries middleware enqueued a retry of '([^']+)'", logs)))
-summary = {
-    "violations": [
-        {"rule": v.rule, "task": v.task, "message": v.message} for v in result.violations
-    ],
-    "counters": result.counters.as_dict(),
-    "drained": result.drained,
-    "f2": f2,
-    "f3": f3,
-    "retries_swallowed": logs.count(
-        "Unexpected failure in after_process_message of <dramatiq.middleware.retries.Retries"
-    ),
-}
+dsn = None if sys.argv[3] == "-" else sys.argv[3]
+seeds = [int(s) for s in sys.argv[4].split(",")] if len(sys.argv) > 4 else [scenario.seed]
+until = sys.argv[5] if len(sys.argv) > 5 else None
+
+
+def listed_twice(summary):
+    return sorted(
+        v["task"] for v in summary["violations"]
+        if v["rule"] == "dlq-complete" and re.search(r"the DLQ lists it \d+ times", v["message"])
+    )
+
+
+def shown(summary):
+    if until == "f2-twice":
+        return bool(set(listed_twice(summary)) & (set(summary["f2"]) - set(summary["f3"])))
+    return True
+
+
+def attempt(seed, where):
+    session = Session(Settings(backend="dramatiq", dsn=dsn, docker=False), workdir=where / "work")
+    session.start()
+    try:
+        result = run_campaign(scenario.with_seed(seed), session=session, outdir=where / "report")
+    finally:
+        session.close()
+    logs = "".join(p.read_text(errors="replace") for p in (where / "report" / "logs").glob("*.log"))
+    f3 = sorted(set(re.findall(r"F3: promoted delayed message \S+ \(message_id '([^']+)'\)", logs)))
+    f2 = sorted(set(re.findall(r"F2: the Retries middleware enqueued a retry of '([^']+)'", logs)))
+    return {
+        "seed": seed,
+        "violations": [
+            {"rule": v.rule, "task": v.task, "message": v.message} for v in result.violations
+        ],
+        "counters": result.counters.as_dict(),
+        "drained": result.drained,
+        "f2": f2,
+        "f3": f3,
+        "retries_swallowed": logs.count(
+            "Unexpected failure in after_process_message of <dramatiq.middleware.retries.Retries"
+        ),
+    }
+
+
+attempts = []
+for n, seed in enumerate(seeds):
+    summary = attempt(seed, out if n == 0 else out / f"seed-{seed}")
+    attempts.append({"seed": seed, "shown": shown(summary), "f2": len(summary["f2"]),
+                     "listed_twice": len(listed_twice(summary))})
+    if shown(summary):
+        break
+summary["attempts"] = attempts
 (out / "summary.json").write_text(json.dumps(summary))
 """
+
+#: F2's race lands on most seeds, not all, when the machine is loaded: its campaign tries
+#: these in turn and stops at the first that shows it (see BENCHMARKS.md, "dramatiq F2").
+F2_SEEDS = (5, 6, 7, 8)
 
 REPRODUCERS = {
     "F1": "01-heartbeat-starvation.py",
@@ -464,16 +501,16 @@ def findings_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
             proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=fh, stderr=subprocess.STDOUT)
         runs[name] = Run(name, proc, out)
 
-    for name, toml, dsn in (
-        ("campaign-F3", SCENARIO_F3, DSN),
-        ("campaign-F2", SCENARIO_F2, DSN),
-        ("campaign-F4", SCENARIO_F4, None),  # the kit's own server: it can kill and restart it
+    for name, toml, dsn, until in (
+        ("campaign-F3", SCENARIO_F3, DSN, []),
+        ("campaign-F2", SCENARIO_F2, DSN, [",".join(map(str, F2_SEEDS)), "f2-twice"]),
+        ("campaign-F4", SCENARIO_F4, "-", []),  # the kit's own server: it can kill and restart it
     ):
         folder = base / f"{name}-scenario"
         folder.mkdir()
         (folder / "scenario.toml").write_text(toml)
         argv = [sys.executable, "-c", CAMPAIGN, str(folder / "scenario.toml"), str(base / name)]
-        start(name, argv + ([dsn] if dsn else []), base)
+        start(name, [*argv, dsn, *until], base)
     for finding, script in REPRODUCERS.items():
         start(f"repro-{finding}", [sys.executable, str(FINDINGS / script)], base)
     start(
@@ -532,14 +569,17 @@ def test_f2_a_stale_failure_schedules_a_retry_after_another_worker_took_over(fin
     handlers, a resumed worker's reschedule is refused (its ack) after the Retries
     middleware already enqueued the retry: the task now has two copies, and the kit finds
     the DLQ listing it twice, on tasks only F2 touched (not F3)."""
-    campaign = findings_runs["campaign-F2"].wait()
+    campaign = findings_runs["campaign-F2"].wait(timeout=120.0 * len(F2_SEEDS))
     summary = campaign.summary()
+    attempts = summary["attempts"]
+    print(f"F2 shown on seed {attempts[-1]['seed']}, attempt {len(attempts)} of at most "
+          f"{len(F2_SEEDS)}: {attempts}")
     f2, f3 = set(summary["f2"]), set(summary["f3"])
-    assert f2, f"no F2 event in the campaign's worker logs: {summary['counters']}"
+    assert f2, f"no F2 event in the last campaign's worker logs: {attempts}"
     twice = [v["task"] for v in _violations(summary, "dlq-complete") if _listed_twice(v)]
     assert set(twice) & (f2 - f3), (
-        f"no task only F2 touched is listed twice; listed twice {twice}, F2 {sorted(f2)}, "
-        f"F3 {sorted(f3)}"
+        f"on none of seeds {list(F2_SEEDS)} is a task only F2 touched listed twice; the "
+        f"attempts: {attempts}; the last listed twice {twice}, F2 {sorted(f2)}, F3 {sorted(f3)}"
     )
     _reproduced(
         findings_runs["repro-F2"],
