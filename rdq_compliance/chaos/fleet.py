@@ -19,30 +19,38 @@ runs every worker it ever holds under libfaketime with that skew (see
 clock. ``on_skew`` hears of each such worker (name, skew) just before it starts, so the
 harness journals the skew before the worker's first event.
 
-A *launcher* (optional) places each slot's workers: for a slot it gives a command prefix
-(e.g. ``ip netns exec <namespace>``, which execs, so the pid stays the worker's) and the
-DSN the worker connects to (e.g. a relay inside that namespace) — see
-:mod:`rdq_compliance.chaos.faults.worker_network`.
+**Where the workers run** is a :class:`~rdq_compliance.chaos.launcher.Launcher`'s
+business: every operation that touches a process (start, signal, arm the control point,
+release) goes through it. By default a
+:class:`~rdq_compliance.chaos.launcher.LocalLauncher` starts them on this machine; its
+*placement* (optional) gives each slot a command prefix (e.g. ``ip netns exec
+<namespace>``, which execs, so the pid stays the worker's) and the DSN the worker
+connects to (e.g. a relay inside that namespace) — see
+:mod:`rdq_compliance.chaos.faults.worker_network`. An
+:class:`~rdq_compliance.chaos.ssh_launcher.SshLauncher` starts them on other hosts.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rdq_compliance.chaos.faults.libfaketime import Skew, skew_env, time_base
+from rdq_compliance.chaos.faults.libfaketime import Skew
+from rdq_compliance.chaos.launcher import (
+    ORPHAN_GRACE,
+    Launch,
+    Launcher,
+    LocalLauncher,
+    WorkerHandle,
+    WorkerStart,
+)
 from rdq_compliance.chaos.worker_main import WorkerConfig
-from rdq_compliance.provision.process import ManagedProcess
 
-#: Grace the watchdog gives a worker after SIGTERM when the harness is gone.
-ORPHAN_GRACE = 0.2
+__all__ = ["ORPHAN_GRACE", "Exit", "Fleet", "Launch", "WorkerProc"]
 
 
 @dataclass(eq=False)
@@ -51,7 +59,8 @@ class WorkerProc:
 
     name: str
     slot: int
-    process: ManagedProcess
+    handle: WorkerHandle
+    host: str
     started: float = field(default_factory=time.monotonic)
     paused: bool = False
     armed: str | None = None
@@ -61,19 +70,14 @@ class WorkerProc:
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.handle.pid
 
     @property
     def running(self) -> bool:
-        return self.process.running
+        return self.handle.running
 
-
-@dataclass(frozen=True)
-class Launch:
-    """Where a slot's workers run: a command prefix, and the DSN they connect to."""
-
-    prefix: tuple[str, ...]
-    dsn: str
+    def log_tail(self, lines: int = 30) -> str:
+        return self.handle.log_tail(lines)
 
 
 @dataclass(frozen=True)
@@ -100,26 +104,37 @@ class Fleet:
         skews: Mapping[int, Skew] | None = None,
         faketime: Path | None = None,
         on_skew: Callable[[str, Skew], None] | None = None,
-        launcher: Callable[[int], Launch] | None = None,
+        placement: Callable[[int], Launch] | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         self.template = template
         self.size = size
         self.history_dir = Path(history_dir)
-        self.control_dir = Path(control_dir)
-        self.log_dir = Path(log_dir)
         self.on_spawn = on_spawn
         self.skews: dict[int, Skew] = dict(skews or {})
-        if self.skews and faketime is None:
-            raise ValueError("skewed slots need the libfaketime library (faketime=...)")
-        self.faketime = faketime
+        if launcher is None:
+            if self.skews and faketime is None:
+                raise ValueError("skewed slots need the libfaketime library (faketime=...)")
+            launcher = LocalLauncher(
+                history_dir=history_dir,
+                control_dir=control_dir,
+                log_dir=log_dir,
+                placement=placement,
+                faketime=faketime,
+            )
+        elif placement is not None or faketime is not None:
+            raise ValueError("placement and faketime belong to the local launcher")
+        self.launcher: Launcher = launcher
         self.on_skew = on_skew
-        self.launcher = launcher
         self.slots: list[WorkerProc | None] = [None] * size
         self.retired: list[WorkerProc] = []
         self._next = 0
         self._lock = threading.RLock()
-        for folder in (self.history_dir, self.control_dir, self.log_dir):
-            folder.mkdir(parents=True, exist_ok=True)
+        self.history_dir.mkdir(parents=True, exist_ok=True)
+
+    def journal_path(self, worker: WorkerProc | str) -> Path:
+        """Where ``worker``'s journal is readable on this machine (the nemesis tails it)."""
+        return self.launcher.journal_path(worker if isinstance(worker, str) else worker.name)
 
     # ---- starting -----------------------------------------------------------------------
 
@@ -132,37 +147,16 @@ class Fleet:
         with self._lock:
             name = f"w{self._next}"
             self._next += 1
-        control = self.control_dir / f"{name}.point"
-        control.write_text("none\n")
         config = replace(
             self.template,
             proc=name,
-            journal=os.fspath(self.history_dir / f"{name}.jsonl"),
-            control=os.fspath(control),
             seed=(self.template.seed * 1_000_003 + self._next) % 2**63,
         )
-        env = dict(os.environ)
         skew = self.skews.get(slot)
-        if skew is not None:
-            assert self.faketime is not None
-            env.update(skew_env(skew, self.faketime))
-            config = replace(config, time_base=time_base())
-            if self.on_skew is not None:
-                self.on_skew(name, skew)
-        prefix: tuple[str, ...] = ()
-        if self.launcher is not None:
-            launch = self.launcher(slot)
-            prefix = launch.prefix
-            config = replace(config, spec=replace(config.spec, dsn=launch.dsn))
-        process = ManagedProcess(
-            [*prefix, sys.executable, "-m", "rdq_compliance.chaos.worker_main", config.to_json()],
-            log_path=self.log_dir / f"{name}.log",
-            env=env,
-            stop_signal=signal.SIGTERM,
-            grace=ORPHAN_GRACE,
-        )
-        process.start()
-        proc = WorkerProc(name, slot, process, skew=skew)
+        if skew is not None and self.on_skew is not None:
+            self.on_skew(name, skew)
+        handle = self.launcher.start(WorkerStart(name, slot, config, skew))
+        proc = WorkerProc(name, slot, handle, self.launcher.host_of(slot), skew=skew)
         with self._lock:
             self.slots[slot] = proc
         if self.on_spawn is not None:
@@ -183,10 +177,7 @@ class Fleet:
         """Every live process of the fleet: workers and their watchdogs."""
         out: list[int] = []
         for w in self.workers() + self.retired:
-            wd = w.process.watchdog_pid
-            if wd is not None and _alive(wd):
-                out.append(wd)
-            out.extend(w.process.pids())
+            out.extend(w.handle.local_pids())
         return sorted(set(out))
 
     def exited(self) -> list[Exit]:
@@ -195,30 +186,30 @@ class Fleet:
         for w in self.workers():
             if not w.running and not w.expected_exit:
                 w.expected_exit = True
-                out.append(Exit(w, w.process.returncode, w.armed))
+                out.append(Exit(w, w.handle.returncode, w.armed))
         return out
+
+    def lost_hosts(self) -> list[str]:
+        """Hosts the launcher lost since the last call (their workers are gone)."""
+        return self.launcher.lost_hosts()
 
     # ---- faults ---------------------------------------------------------------------------
 
     def arm(self, worker: WorkerProc, point: str) -> None:
         """Ask ``worker`` to SIGKILL itself at the next ``point`` (``"none"`` disarms)."""
-        control = self.control_dir / f"{worker.name}.point"
-        tmp = control.with_suffix(".tmp")
-        tmp.write_text(point + "\n")
-        os.replace(tmp, control)
+        self.launcher.arm(worker.name, point)
         worker.armed = None if point == "none" else point
         worker.armed_at = time.monotonic()
 
     def kill(self, worker: WorkerProc) -> None:
         """SIGKILL ``worker`` now (paused or not) and release its watchdog."""
         worker.expected_exit = True
-        _signal(worker.pid, signal.SIGKILL)
+        worker.handle.signal(signal.SIGKILL)
         self.retire(worker)
 
     def retire(self, worker: WorkerProc) -> None:
         """Release a dead worker's watchdog (kills whatever is left of it)."""
-        with contextlib.suppress(Exception):
-            worker.process.stop(grace=0.0)
+        worker.handle.release()
         with self._lock:
             if self.slots[worker.slot] is worker:
                 self.slots[worker.slot] = None
@@ -231,10 +222,10 @@ class Fleet:
 
     def pause(self, worker: WorkerProc) -> None:
         worker.paused = True
-        _signal(worker.pid, signal.SIGSTOP)
+        worker.handle.signal(signal.SIGSTOP)
 
     def resume(self, worker: WorkerProc) -> None:
-        _signal(worker.pid, signal.SIGCONT)
+        worker.handle.signal(signal.SIGCONT)
         worker.paused = False
 
     # ---- stopping ---------------------------------------------------------------------------
@@ -248,27 +239,14 @@ class Fleet:
             if w.paused:
                 self.resume(w)
             if w.running:
-                _signal(w.pid, signal.SIGTERM)
+                w.handle.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
         for w in workers:
-            w.process.wait(max(0.0, deadline - time.monotonic()))
+            w.handle.wait(max(0.0, deadline - time.monotonic()))
         for w in workers:
             self.retire(w)
         for w in self.retired:
-            with contextlib.suppress(Exception):
-                w.process.stop(grace=0.0)
+            w.handle.release()
+        self.launcher.collect()
 
 
-def _signal(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -320,12 +320,25 @@ class Nemesis:
         self.supervise()
 
     def supervise(self) -> None:
-        """Replace every worker that ended by itself (a self-kill, or a crash)."""
+        """Replace every worker that ended by itself (a self-kill, or a crash); journal
+        a host the launcher lost (its workers are replaced on the hosts left)."""
+        lost: dict[str, list[str]] = {}
+        for host in self.fleet.lost_hosts():
+            names = [w.name for w in self.fleet.workers() if w.host == host]
+            lost[host] = names
+            self.journal.write(INFO, "fault", kind="host-lost", target=host, targets=names)
+            self.counters.notes.append(
+                f"host {host} was lost mid-campaign (its connection dropped); its workers "
+                f"{names} were replaced on the hosts left"
+            )
         for ex in self.fleet.exited():
             w = ex.worker
+            if w.host in lost:
+                self._respawn(w)
+                continue
             if not any(family.exited(self, ex) for family in self.families):
                 self.counters.unexpected_exits += 1
-                tail = w.process.log_tail(5)
+                tail = w.log_tail(5)
                 self.counters.notes.append(
                     f"worker {w.name} (pid {w.pid}) exited unexpectedly with status "
                     f"{ex.returncode}" + (f": {tail}" if tail else "")
@@ -377,7 +390,7 @@ class Nemesis:
             w = self.target((first.slot + i) % n)
             if w is None:
                 continue
-            journal = self.fleet.history_dir / f"{w.name}.jsonl"
+            journal = self.fleet.journal_path(w)
             if self._runs.open_runs(journal, w.name):
                 return w
         return first
@@ -388,12 +401,12 @@ class Nemesis:
 
     def held_claims(self, w: WorkerProc) -> dict[str, str]:
         """The claims ``w`` is running a handler for, by its journal: token -> task id."""
-        return dict(self._runs.held(self.fleet.history_dir / f"{w.name}.jsonl", w.name))
+        return dict(self._runs.held(self.fleet.journal_path(w), w.name))
 
     def lease_expiry(self, w: WorkerProc, tokens: Iterable[str]) -> float | None:
         """The earliest lease expiry (epoch seconds, storage clock) of ``w``'s claims
         ``tokens``, by its journal; ``None`` when none is known."""
-        self._leases.update(self.fleet.history_dir / f"{w.name}.jsonl", w.name)
+        self._leases.update(self.fleet.journal_path(w), w.name)
         known = [self._leases.expiry[t] for t in tokens if t in self._leases.expiry]
         return min(known) / 1e6 if known else None
 

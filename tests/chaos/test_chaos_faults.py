@@ -156,6 +156,9 @@ class NoFleet:
     def exited(self) -> list:
         return []
 
+    def lost_hosts(self) -> list:
+        return []
+
     def workers(self) -> list:
         return []
 

@@ -84,6 +84,9 @@ class FakeNetwork:
         self.calls: list[tuple[str, tuple[int, ...]]] = []
         self.fail_heals = 0
 
+    def span(self, slots) -> list[int]:
+        return sorted(set(slots))
+
     def partition(self, slots) -> None:
         self.calls.append(("partition", tuple(slots)))
 
@@ -112,6 +115,12 @@ class ThreeWorkers:
 
     def exited(self) -> list:
         return []
+
+    def lost_hosts(self) -> list:
+        return []
+
+    def journal_path(self, worker: Worker) -> Path:
+        return self.history_dir / f"{worker.name}.jsonl"
 
     def workers(self) -> list:
         return list(self.slots)

@@ -81,6 +81,9 @@ class NoFleet:
     def exited(self) -> list:
         return []
 
+    def lost_hosts(self) -> list:
+        return []
+
     def workers(self) -> list:
         return []
 

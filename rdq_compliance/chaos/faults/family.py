@@ -128,6 +128,10 @@ class PlanContext:
 class Partitioner(Protocol):
     """What the nemesis needs of a network to partition worker slots from the server."""
 
+    def span(self, slots: Sequence[int]) -> list[int]:
+        """The slots cutting ``slots`` cuts (a remote fleet cuts whole hosts)."""
+        ...
+
     def partition(self, slots: Sequence[int]) -> None: ...
 
     def lose(self, slots: Sequence[int]) -> None: ...

@@ -188,7 +188,7 @@ class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):
         busy = ctx.busy_target(fault.slot)
         first = busy.slot if busy is not None else (fault.slot or 0)
         n = ctx.fleet.size
-        slots = sorted({(first + i) % n for i in range(min(fault.width or 1, n))})
+        slots = network.span(sorted({(first + i) % n for i in range(min(fault.width or 1, n))}))
         if cut_off & set(slots):
             return False  # still cut off by an earlier partition: try again later
         assert fault.duration is not None

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from rdq_compliance.chaos.faults.network import NO_NETWORK, NetworkSettings
-from rdq_compliance.chaos.fleet import Launch
+from rdq_compliance.chaos.launcher import Launch
 from rdq_compliance.provision import netns
 from rdq_compliance.provision.backend import Server, UnsupportedFault
 from rdq_core.spi import Storage
@@ -72,6 +72,9 @@ class WorkerNetwork:
         except BaseException:
             runner.close()
             raise
+
+    def span(self, slots: Sequence[int]) -> list[int]:
+        return sorted(set(slots))  # one namespace per slot: a cut is the slots asked
 
     def partition(self, slots: Sequence[int]) -> None:
         self.topology.partition(slots)
