@@ -43,10 +43,11 @@ One small module per job:
                           :func:`start_container_server` (the container, then its
                           ``Server``; the container removed if that fails)
 ``netns``                 the network namespaces of partitions (used by the chaos harness)
+``ssh_hosts``             SSH test hosts: namespaces with a real sshd (the remote fleet's tests)
 ``owners``                who made a namespace and when: :func:`owner_record` (what a
                           ``Server`` stores with each namespace) and the sweep that drops
                           the namespaces of dead runs (``Server.recorded_namespaces``)
-``forwarder``             a TCP relay on 127.0.0.1 (a replicated server's one address)
+``forwarder``             a TCP relay (a replicated server's one address; a test host's relay)
 ========================  ===============================================================
 
 **Import rule.** A backend's *storage* half imports only :mod:`rdq_core` and its driver,

@@ -1,4 +1,4 @@
-"""A loopback TCP forwarder whose upstream can be switched: the "virtual IP" of a failover.
+"""A TCP forwarder whose upstream can be switched: the "virtual IP" of a failover.
 
 Real deployments give clients one stable address for "the primary" (a virtual IP that
 moves, a proxy, a DNS name) and move it when a replica is promoted. A replicated server
@@ -7,6 +7,11 @@ the kit starts does the same with a :class:`Forwarder`: clients connect to
 upstream; :meth:`Forwarder.switch` points new connections at another upstream and closes
 every connection open to the old one (as a moved address does: the client sees its
 connection end and reconnects — to the new primary).
+
+By default it listens on a free port of 127.0.0.1; ``listen=(host, port)`` binds another
+address and a chosen port instead (the SSH test hosts of
+:mod:`rdq_compliance.provision.ssh_hosts` give each host's workers the server on the
+machine's end of that host's veth pair).
 
 It knows bytes, not protocols (no backend is named here). It runs as threads of the
 process that created it, so it **dies with that process** (however it dies: the kernel
@@ -36,9 +41,16 @@ CONNECT_TIMEOUT = 2.0
 
 
 class Forwarder:
-    """Listens on ``127.0.0.1:self.port``, relays every connection to ``upstream``."""
+    """Listens on ``127.0.0.1:self.port`` (or on ``listen``, a ``(host, port)``; port 0: a
+    free one), relays every connection to ``upstream``."""
 
-    def __init__(self, upstream: tuple[str, int], *, name: str = "rdq-forwarder") -> None:
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        *,
+        name: str = "rdq-forwarder",
+        listen: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> None:
         self._upstream = upstream
         self._name = name
         self._lock = threading.Lock()
@@ -48,15 +60,20 @@ class Forwarder:
         self._flowing.set()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(128)
+        try:
+            self._listener.bind(listen)
+            self._listener.listen(128)
+        except OSError:
+            self._listener.close()
+            raise
+        self.host: str = listen[0]
         self.port: int = self._listener.getsockname()[1]
         self._thread = threading.Thread(target=self._accept, daemon=True, name=name)
         self._thread.start()
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def upstream(self) -> tuple[str, int]:
