@@ -68,6 +68,9 @@ class CampaignResult:
     check_time: float = 0.0
     started_at: float = 0.0
     workers_left: list[int] = field(default_factory=list)
+    #: Where the workers ran when not on this machine: per host its name, SSH URL and
+    #: measured clock offset and uncertainty (s) against the runner's.
+    hosts: list[dict[str, object]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     #: The calls the campaign made, by operation, fault window and outcome.
     coverage: Coverage | None = None
@@ -100,6 +103,7 @@ def replay_command(
     seed: int,
     dsn: str | None = None,
     options: Mapping[str, str] | None = None,
+    fleet: Path | None = None,
 ) -> str:
     """The shell command that replays a run (same scenario file, backend, seed and
     backend options — e.g. the replicated server a failover campaign needs)."""
@@ -109,4 +113,6 @@ def replay_command(
         parts += ["--dsn", dsn]
     for key, value in sorted((options or {}).items()):
         parts += ["--option", f"{key}={value}"]
+    if fleet is not None:
+        parts += ["--fleet", str(fleet)]
     return " ".join(shlex.quote(p) for p in parts)

@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="override the scenario's seed (replays a run)")
     run.add_argument("--out", type=Path, help="report folder (default: chaos-reports/...)")
     run.add_argument("--quiet", action="store_true", help="no live display")
+    run.add_argument(
+        "--fleet",
+        type=Path,
+        help="a hosts file ([fleet] hosts = ...): run the workers on those hosts over SSH",
+    )
     soak = sub.add_parser(
         "soak",
         help="run a scenario N times with fresh seeds; count the alarms",
@@ -254,6 +259,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if loaded is None:
         return EXIT_USAGE
     scenario, settings, backend, notes = loaded
+    fleet_hosts = None
+    fleet_errors: tuple[type[Exception], ...] = ()
+    if args.fleet is not None:
+        from rdq_compliance.chaos.fleet_hosts import FleetConfigError, load_fleet
+        from rdq_compliance.chaos.ssh_launcher import FleetError
+
+        fleet_errors = (FleetError,)
+
+        try:
+            fleet_hosts = load_fleet(args.fleet)
+        except FleetConfigError as exc:
+            err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+            return EXIT_USAGE
     out = args.out or _default_out(scenario.name, backend, scenario.seed)
     try:
         _log_to(out / "logs" / "harness.log")
@@ -261,7 +279,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.print(f"rdq-chaos: error: cannot write the report folder {out}: {exc}")
         return EXIT_USAGE
     command = replay_command(
-        scenario, backend, scenario.seed, _typed_dsn(settings), options=settings.options
+        scenario,
+        backend,
+        scenario.seed,
+        _typed_dsn(settings),
+        options=settings.options,
+        fleet=args.fleet,
     )
     console = Console()
     console.print(f"rdq-chaos: {describe(settings)}", highlight=False, markup=False)
@@ -279,14 +302,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         if live is not None:
             live.start()
         result = provision_and_run(
-            scenario, settings=settings, outdir=out, progress=on_progress, command=command
+            scenario,
+            settings=settings,
+            outdir=out,
+            progress=on_progress,
+            command=command,
+            fleet_hosts=fleet_hosts,
         )
     except KeyboardInterrupt:
         if live is not None:
             live.stop()
         err.print("rdq-chaos: interrupted; the fleet and the server were stopped")
         return 130
-    except (RdqError, OSError) as exc:
+    except (RdqError, OSError, *fleet_errors) as exc:
         if live is not None:
             live.stop()
         err.print(f"rdq-chaos: error: {exc}", highlight=False, markup=False, soft_wrap=True)

@@ -34,13 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rdq_compliance.chaos.campaign_result import CampaignResult, Progress, ProgressFn
 from rdq_compliance.chaos.checker import RULES as CHECKER_RULES
 from rdq_compliance.chaos.checker import FinalState, Violation, check, read_final_state
 from rdq_compliance.chaos.coverage import coverage, unexercised
-from rdq_compliance.chaos.events import OK, Event, Journal, read_history
+from rdq_compliance.chaos.events import INFO, OK, Event, Journal, read_history
 from rdq_compliance.chaos.faults import clock_skew
 from rdq_compliance.chaos.faults.network import FAMILY as NETWORK
 from rdq_compliance.chaos.faults.worker_network import WorkerNetwork, network_for
@@ -56,6 +56,11 @@ from rdq_compliance.settings import Settings
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import Capabilities, NewTask, QueueStats
 from rdq_core.spi import Storage
+
+if TYPE_CHECKING:  # the SSH fleet's modules need asyncssh (the ``ssh`` extra): loaded on use
+    from rdq_compliance.chaos.fleet_hosts import FleetHosts
+    from rdq_compliance.chaos.remote_fleet import RemoteFleet
+    from rdq_compliance.chaos.ssh_launcher import HostNetwork
 
 HARNESS = "harness"
 
@@ -190,9 +195,11 @@ def run_campaign(
     outdir: Path,
     progress: ProgressFn | None = None,
     command: str | None = None,
+    fleet_hosts: FleetHosts | None = None,
 ) -> CampaignResult:
     """Run ``scenario`` on the started ``session``'s server (in a fresh namespace); write
-    the report to ``outdir``; the result."""
+    the report to ``outdir``; the result. With ``fleet_hosts`` the workers run on those
+    hosts over SSH (:mod:`rdq_compliance.chaos.ssh_launcher`), else on this machine."""
     outdir = Path(outdir)
     history_dir = outdir / "history"
     history_dir.mkdir(parents=True, exist_ok=True)
@@ -202,9 +209,18 @@ def run_campaign(
     backend_name = session.name
     capabilities = session.capabilities()
     scenario, lease_note = fit_lease(scenario, capabilities)
-    network, no_network = network_for(
-        scenario.faults.of(NETWORK), server, scenario.workers.count, backend_name
-    )
+    remote: RemoteFleet | None = None
+    if fleet_hosts is not None:
+        from rdq_compliance.chaos.remote_fleet import open_remote_fleet
+
+        remote = open_remote_fleet(
+            fleet_hosts, scenario, server, backend_name, outdir, scenario.workers.count
+        )
+        network, no_network = remote.network, remote.no_network
+    else:
+        network, no_network = network_for(
+            scenario.faults.of(NETWORK), server, scenario.workers.count, backend_name
+        )
     plan = plan_faults(
         scenario,
         server.faults,
@@ -230,9 +246,12 @@ def run_campaign(
         started_at=time.time(),
     )
     journal = LockedJournal(Journal(history_dir / f"{HARNESS}.jsonl", HARNESS))
+    if remote is not None:
+        counters.notes.append(remote.note)
+        remote.journal_clocks(journal)
     spec = session.create_namespace()
     namespace = spec.namespace
-    storage = _harness_storage(session, spec, network)
+    storage = _harness_storage(session, spec, None if remote is not None else network)
     queue = scenario.workload.queue
     tasks = make_tasks(scenario)
     last_stats = [QueueStats(pending=len(tasks))]
@@ -255,6 +274,8 @@ def run_campaign(
         skew_counts,
         counters.notes,
     )
+    if remote is not None and skews:
+        skews = remote.host_skews(skews, scenario.workers.count, skew_counts)
 
     try:
         fleet = Fleet(
@@ -263,13 +284,17 @@ def run_campaign(
             history_dir=history_dir,
             control_dir=outdir / "control",
             log_dir=outdir / "logs",
-            launcher=network.launch if network is not None else None,
+            placement=network.launch if network is not None and remote is None else None,
             skews={s.slot: s for s in skews},
-            faketime=library,
+            faketime=library if remote is None else None,
             on_skew=clock_skew.skew_journal(journal, skew_counts),
+            on_spawn=lambda w: journal.write(
+                INFO, "host", kind="placed", target=w.name, host=w.host
+            ),
+            launcher=remote.launcher if remote is not None else None,
         )
     except BaseException:
-        _close(storage, network)
+        _close(storage, network, remote)
         raise
     try:
         report_progress("enqueue", force=True)
@@ -311,11 +336,13 @@ def run_campaign(
         try:
             fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
         finally:
-            _close(storage, network)
+            _close(storage, network, remote)
         raise
     try:
         fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
         result.workers_left = fleet.pids()
+        if remote is not None:
+            counters.notes.extend(remote.launcher.gaps)
         report_progress("check", force=True)
         fixed = capabilities.fixed_lease
         final = read_final_state(
@@ -327,8 +354,11 @@ def run_campaign(
             fixed_lease_us=None if fixed is None else fixed // timedelta(microseconds=1),
         )
         stats = storage.stats(queue)
+        if remote is not None:
+            remote.journal_clocks(journal, final=True)
+            result.hosts = remote.describe_hosts()
     finally:
-        _close(storage, network)
+        _close(storage, network, remote)
     journal.close()
     events = read_history(history_dir.glob("*.jsonl"))
     result.violations, result.checker_error = run_checker(events, final)
@@ -354,13 +384,21 @@ def run_campaign(
     return result
 
 
-def _close(storage: Storage, network: WorkerNetwork | None) -> None:
-    """Close the runner's storage, then the network it may go through."""
+def _close(
+    storage: Storage,
+    network: WorkerNetwork | HostNetwork | None,
+    remote: RemoteFleet | None = None,
+) -> None:
+    """Close the runner's storage, then the network it may go through, then the hosts."""
     try:
         storage.close()
     finally:
-        if network is not None:
-            network.close()
+        try:
+            if network is not None:
+                network.close()
+        finally:
+            if remote is not None:
+                remote.launcher.close()
 
 
 def _harness_storage(
@@ -429,6 +467,7 @@ def provision_and_run(
     progress: ProgressFn | None = None,
     on_server: Callable[[Server], None] | None = None,
     command: str | None = None,
+    fleet_hosts: FleetHosts | None = None,
 ) -> CampaignResult:
     """Provision the server ``settings`` name through the session (the ladder), run, and
     close what was started.
@@ -440,7 +479,12 @@ def provision_and_run(
         if on_server is not None:
             on_server(session.server)
         return run_campaign(
-            scenario, session=session, outdir=outdir, progress=progress, command=command
+            scenario,
+            session=session,
+            outdir=outdir,
+            progress=progress,
+            command=command,
+            fleet_hosts=fleet_hosts,
         )
 
 

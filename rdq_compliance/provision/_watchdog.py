@@ -9,11 +9,13 @@ kit → watchdog
     first line: a JSON object describing the process to start (``argv``, ``cwd``, ``env``,
     ``uid``, ``gid``, ``groups``, ``log``, ``stop_signal``, ``grace``, ``cleanup``); then
     commands: ``kill`` (SIGKILL the whole tree now), ``stop <grace>`` (the stop signal to
-    the leader, then SIGKILL the tree after ``grace`` seconds), ``quit`` (the kit is done:
-    make sure nothing is left, exit).
+    the leader, then SIGKILL the tree after ``grace`` seconds), ``signal <n>`` (signal
+    ``n`` to the leader alone: a remote fleet's SIGKILL, SIGSTOP and SIGCONT), ``quit``
+    (the kit is done: make sure nothing is left, exit).
 watchdog → kit (stdout, JSON lines)
     ``{"started": pid}`` or ``{"error": "..."}``; ``{"exited": returncode}`` when the
-    leader ends; ``{"done": "kill"|"stop", "survivors": [...]}`` after a command.
+    leader ends; ``{"done": "kill"|"stop", "survivors": [...]}`` after a command
+    (``{"done": "signal"}`` after a signal).
 
 The rule this process exists for: **the server dies with the kit.** The watchdog (not the
 kit) forks the server, in a new session, as another user if asked. It then waits on its
@@ -252,6 +254,11 @@ class Watchdog:
         elif word == "stop":
             grace = float(arg) if arg else float(self.config.get("grace", 5.0))
             _say(done="stop", survivors=self.stop_tree(grace))
+        elif word == "signal":
+            leader = self.leader
+            if leader is not None and leader.returncode is None:
+                _signal(leader.pid, int(arg))
+            _say(done="signal")
         elif word:
             _log(f"unknown command {word!r}")
         return False

@@ -275,6 +275,27 @@ def test_storage_clock_passes_one_clock(events: list[dict], why: str) -> None:
     assert check_storage_clock(events, EMPTY) == [], why
 
 
+def _host_clock(host: str, uncertainty: float) -> dict:
+    """The harness's measurement of a remote host's clock (``chaos.remote_fleet``)."""
+    return {"seq": 0, "proc": "harness", "t": 99.0, "type": "info", "op": "host",
+            "kind": "clock", "host": host, "offset": 0.0, "uncertainty": uncertainty}  # fmt: skip
+
+
+def test_storage_clock_orders_calls_on_two_hosts_only_beyond_their_clocks_uncertainty() -> None:
+    # w0 answered at 100.010, w1 began at 100.030 and was stamped 4.3 s earlier: 20 ms
+    # apart in real time. One host: ordered (a finding). Hosts whose clocks were measured
+    # within ±15 ms: the calls may have overlapped, so no order and no finding; within
+    # ±5 ms (a margin of 2 + 10 ms < 20 ms) they are ordered again.
+    events = _claim("w0", "t1", 100.0, 104_500 * 1000) + _claim("w1", "t2", 100.03, 100_200_000)
+    (v,) = check_storage_clock(events, EMPTY)
+    assert set(v.workers) == {"w0", "w1"}
+    wide = [_host_clock("h0", 0.015), _host_clock("h1", 0.001)]
+    assert check_storage_clock(wide + events, EMPTY) == []
+    narrow = [_host_clock("h0", 0.005), _host_clock("h1", 0.001)]
+    (v,) = check_storage_clock(narrow + events, EMPTY)
+    assert v.rule == "storage-clock" and v.task == "t2"
+
+
 # ---- a correct embedded backend ----------------------------------------------------------------
 
 

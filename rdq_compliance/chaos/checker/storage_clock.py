@@ -43,6 +43,21 @@ TOLERANCE_US = 100_000
 REAL_MARGIN_S = 0.002
 
 
+def real_margin(ctx: Context) -> float:
+    """:data:`REAL_MARGIN_S`, widened by twice the largest measured uncertainty of a
+    host's clock when the workers ran on several hosts (the harness journals each host's
+    offset and its uncertainty as ``host``/``clock`` events, and the journals' times were
+    moved onto the runner's clock by that offset): two calls on different hosts are
+    ordered only when their gap exceeds what the measurement cannot rule out."""
+    worst = 0.0
+    for e in ctx.ix.events:
+        if e.get("op") == "host" and e.get("kind") == "clock":
+            u = e.get("uncertainty")
+            if isinstance(u, (int, float)) and u > worst:
+                worst = float(u)
+    return REAL_MARGIN_S + 2 * worst
+
+
 @dataclass(frozen=True)
 class StampedCall:
     """A storage call that reported a storage time."""
@@ -104,12 +119,13 @@ def reversals(ctx: Context) -> Iterator[tuple[StampedCall, StampedCall]]:
     """Every call ``b`` (in the order calls began) stamped more than :data:`TOLERANCE_US`
     before the latest-stamped call ``a`` answered before ``b`` began, with that ``a``."""
     calls = _calls(ctx)
+    margin = real_margin(ctx)
     by_answer = sorted(calls, key=lambda c: c.answered)
     by_invoke = sorted(calls, key=lambda c: c.invoked)
     latest: StampedCall | None = None  # of the calls answered so far, the latest stamped
     i = 0
     for b in by_invoke:
-        while i < len(by_answer) and by_answer[i].answered < b.invoked - REAL_MARGIN_S:
+        while i < len(by_answer) and by_answer[i].answered < b.invoked - margin:
             a = by_answer[i]
             if latest is None or a.stime > latest.stime:
                 latest = a

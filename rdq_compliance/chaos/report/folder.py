@@ -52,6 +52,7 @@ def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> di
             "concurrency": sc.workers.concurrency,
             "lease_s": sc.workers.lease,
             "left_running": result.workers_left,
+            "hosts": result.hosts,
         },
         "plan": [dataclasses.asdict(f) for f in result.plan.faults],
         "skipped_faults": list(result.plan.skipped),

@@ -26,7 +26,7 @@ from rdq_compliance.chaos.faults.display import report_rows
 from rdq_compliance.chaos.faults.family import Mark, Style
 from rdq_compliance.chaos.faults.registry import BUILTIN
 from rdq_compliance.chaos.report.coverage_html import coverage_section
-from rdq_compliance.chaos.report.timeline import Bar, build_timeline
+from rdq_compliance.chaos.report.timeline import Bar, build_timeline, lane_hosts
 
 __all__ = ["render_timeline"]
 
@@ -169,6 +169,7 @@ def render_timeline(
 ) -> str:
     """The self-contained timeline HTML."""
     lanes, bars, marks, t_min, t_max = build_timeline(events, families)
+    hosts = lane_hosts(events)  # lanes grouped by host when the fleet spanned hosts
     bad_tasks, bad_tokens = _violation_tasks(violations)
     span = max(t_max - t_min, 1.0)
     pps = min(80.0, 60000.0 / span)  # pixels per second: scrollable, bounded
@@ -180,7 +181,12 @@ def render_timeline(
     lane_y: dict[str, tuple[int, int]] = {}
     y = 24
     packed: dict[str, dict[int, int]] = {}
+    host_y: list[tuple[str, int]] = []  # (host, y of its header)
     for lane in lanes:
+        host = hosts.get(lane)
+        if host is not None and (not host_y or host_y[-1][0] != host):
+            host_y.append((host, y))
+            y += 16
         packed[lane] = _pack(by_lane[lane])
         rows = max(packed[lane].values(), default=0) + 1
         height = rows * row_h + 2 * pad
@@ -209,6 +215,12 @@ def render_timeline(
         ly, lh = lane_y[lane]
         fill = "#fbfbfb" if i % 2 else "#ffffff"
         svg.append(f'<rect x="0" y="{ly}" width="{width}" height="{lh}" fill="{fill}"/>')
+    for host, hy in host_y:
+        svg.append(
+            f'<rect x="0" y="{hy}" width="{width}" height="16" fill="#e8eef7"/>'
+            f'<text x="6" y="{hy + 12}" font-size="11" font-weight="bold">host '
+            f"{html.escape(host)}</text>"
+        )
     for mark, style in styled:
         if style.shape in _UNDER:
             svg += canvas.draw(mark, style)
@@ -239,6 +251,9 @@ def render_timeline(
         f'<text x="6" y="{lane_y[lane][0] + lane_y[lane][1] / 2 + 4}" font-size="11">'
         f"{html.escape(lane)}</text>"
         for lane in lanes
+    ] + [
+        f'<text x="4" y="{hy + 12}" font-size="10" font-weight="bold">{html.escape(host)}</text>'
+        for host, hy in host_y
     ]
     legend = (
         "".join(f'<span><i style="background:{c}"></i>{k}</span>' for k, c in _COLOURS.items())
@@ -255,6 +270,7 @@ def render_timeline(
             ("backend", summary.get("backend")),
             ("server", summary.get("server")),
             ("seed", summary.get("seed")),
+            *_fleet_row(summary),
             ("duration", f"{summary.get('duration_s')}s"),
             ("tasks", summary.get("tasks")),
             *report_rows(summary.get("counters", {}), families),
@@ -298,3 +314,20 @@ def render_timeline(
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{total_h}'>"
         f"{''.join(svg)}</svg></div></div></body></html>\n"
     )
+
+
+def _fleet_row(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The hosts a remote fleet ran on, with their measured clocks (none: this machine)."""
+    hosts = (summary.get("workers") or {}).get("hosts") or []
+    if not hosts:
+        return []
+    return [
+        (
+            "workers on",
+            "; ".join(
+                f"{h.get('name')} ({h.get('url')}, clock {float(h.get('offset') or 0) * 1000:+.2f}"
+                f" ± {float(h.get('uncertainty') or 0) * 1000:.2f} ms)"
+                for h in hosts
+            ),
+        )
+    ]

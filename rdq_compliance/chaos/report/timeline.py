@@ -18,7 +18,7 @@ from rdq_compliance.chaos.faults.combined import Families
 from rdq_compliance.chaos.faults.family import SPANS, Mark, TimelineDraft
 from rdq_compliance.chaos.faults.registry import BUILTIN
 
-__all__ = ["REPORT_OPS", "Bar", "Mark", "build_timeline"]
+__all__ = ["REPORT_OPS", "Bar", "Mark", "build_timeline", "lane_hosts"]
 
 REPORT_OPS = ("complete", "reschedule", "dead_letter")
 
@@ -40,6 +40,18 @@ class Bar:
 def _proc_key(name: str) -> tuple[int, str]:
     m = re.fullmatch(r"w(\d+)", name)
     return (int(m.group(1)), name) if m else (1 << 30, name)
+
+
+def lane_hosts(events: list[Event]) -> dict[str, str]:
+    """Each worker's host, from the harness's ``host``/``placed`` events (a campaign whose
+    workers ran on several hosts); empty when every worker ran on the runner's machine."""
+    out: dict[str, str] = {}
+    for e in events:
+        if e.get("op") == "host" and e.get("kind") == "placed":
+            target, host = e.get("target"), e.get("host")
+            if isinstance(target, str) and isinstance(host, str):
+                out[target] = host
+    return out if set(out.values()) - {"local"} else {}
 
 
 def build_timeline(
@@ -112,5 +124,10 @@ def build_timeline(
             mark.end = max(mark.t, deaths.get(mark.target, last_t.get(mark.target, t_max)))
         elif shape in SPANS and mark.end is None:
             mark.end = t_max
-    lanes = sorted(procs, key=_proc_key)
+    hosts = lane_hosts(events)
+    first_seen = dict.fromkeys(hosts[p] for p in sorted(hosts, key=_proc_key))
+    order = {h: i for i, h in enumerate(first_seen)}
+    lanes = sorted(
+        procs, key=lambda p: (order.get(hosts.get(p, ""), len(order)), _proc_key(p))
+    )
     return lanes, list(bars.values()), draft.marks, t_min, t_max

@@ -1,0 +1,709 @@
+"""Workers on other hosts over SSH: the remote :class:`~rdq_compliance.chaos.launcher.Launcher`.
+
+Built on **asyncssh** (a maintained, pure-Python SSH client on ``cryptography``): one
+connection per host carries every worker's channel, the SFTP session and the control
+commands at once, from one event loop on a thread of the runner. It checks host keys
+against a known-hosts file always (there is no switch to turn that off) and takes keys
+from files or the user's SSH agent. Paramiko would do the same job, but it drives one
+thread per connection and leaves host-key checking to a policy object that is easy to
+set to "accept anything"; asyncssh's default is to refuse an unknown host.
+
+What runs on a host: nothing but the interpreter the hosts file names (a venv with this
+kit installed). Per worker the launcher opens a channel running the kit's own watchdog
+(``rdq_compliance/provision/_watchdog.py`` of that venv, stdlib only) and tells it,
+on its stdin, to start ``python -m rdq_compliance.chaos.worker_main``. That gives:
+
+- **signals**: ``signal <n>`` on the watchdog's stdin (SIGKILL, SIGSTOP, SIGCONT,
+  SIGTERM reach the worker process itself, with no extra SSH round trip per process);
+- **cleanup that survives a SIGKILLed runner**: when the runner dies, its TCP connection
+  closes, sshd closes the channel, the watchdog reads end of file on its stdin and kills
+  the worker's tree (the same rule as on this machine: the workers die with the kit);
+- **control points** (where a worker kills itself) are files on the host, written over
+  SFTP (a write and an atomic rename);
+- **journals** are files on the host, *mirrored* over SFTP while the campaign runs
+  (every :data:`MIRROR_EVERY_S`; the nemesis tails the local copy) and fetched to the
+  end once the workers stopped, with their logs.
+
+**Clocks.** Each host's wall clock is measured against the runner's before the campaign
+and after it, NTP-style: :data:`CLOCK_SAMPLES` round trips to a tiny remote loop
+printing ``time.time()``, the offset taken from the round trip that was fastest, the
+uncertainty half that round trip (plus the change between the two measurements). The
+mirror moves every journal time onto the runner's clock (``t - offset``) and the runner
+journals each host's offset and uncertainty (a ``clock`` event), which widen the
+storage-clock rule's real-time margin for calls made on different hosts.
+
+**A host that drops** (its connection lost: keepalives unanswered, a reset) is a fault,
+not a crash: its workers are taken as gone (they die with their channel), the host is
+reported once by :meth:`SshLauncher.lost_hosts` (the nemesis journals it) and its slots
+move to the hosts still connected. Only when no host is left does :meth:`start` raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import shlex
+import signal as signals
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncssh
+
+from rdq_compliance.chaos.faults.libfaketime import skew_env
+from rdq_compliance.chaos.fleet_hosts import FleetHosts, Host
+from rdq_compliance.chaos.launcher import ORPHAN_GRACE, ClockOffset, WorkerStart
+
+T = TypeVar("T")
+
+#: How often (s) the live journals are mirrored.
+MIRROR_EVERY_S = 0.1
+#: Round trips per clock measurement.
+CLOCK_SAMPLES = 16
+#: Seconds to connect to one host (and to wait for one remote command).
+CONNECT_TIMEOUT_S = 15.0
+#: asyncssh keepalives: a host that answers none of 3 in a row, 1 s apart, is lost.
+KEEPALIVE_S = 1.0
+KEEPALIVE_MISSES = 3
+
+_PROBE = (
+    "import json, os, sys, importlib.metadata as m, rdq_compliance.provision as p; "
+    "print(json.dumps({'version': m.version('rdq'), "
+    "'watchdog': os.path.join(os.path.dirname(p.__file__), '_watchdog.py'), "
+    "'python': sys.executable}))"
+)
+_CLOCK = (
+    "import sys, time\n"
+    "for line in sys.stdin:\n"
+    "    print(repr(time.time()), repr(time.monotonic()), flush=True)\n"
+)
+
+
+def _kit_version() -> str:
+    return importlib.metadata.version("rdq")
+
+
+class FleetError(RuntimeError):
+    """A host that cannot be used for the fleet: which, what was wrong, what to do."""
+
+
+class _Loop:
+    """An asyncio event loop on a daemon thread; :meth:`call` runs a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rdq-ssh", daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = CONNECT_TIMEOUT_S) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5.0)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+@dataclass(eq=False)
+class _Link:
+    """One host's connection, its SFTP session and its folder for this campaign."""
+
+    host: Host
+    conn: asyncssh.SSHClientConnection
+    sftp: asyncssh.SFTPClient
+    workdir: str
+    watchdog: str
+    lost: bool = False
+    reported: bool = False
+    collected: bool = False  # connected to again after a loss, to fetch the journals
+    clock: ClockOffset | None = None
+    base: float = 0.0  # the host's time.time() - time.monotonic()
+    workers: list[SshWorker] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class SshWorker:
+    """A worker on a remote host (a :class:`~rdq_compliance.chaos.launcher.WorkerHandle`)."""
+
+    name: str
+    link: _Link
+    remote_pid: int
+    process: asyncssh.SSHClientProcess[str]
+    loop: _Loop
+    local_journal: Path
+    local_log: Path
+    offset: float
+    _returncode: int | None = None
+    _ended: threading.Event = field(default_factory=threading.Event)
+    _mirrored: int = 0
+    _partial: bytes = b""
+    _final: bool = False  # ended, and its journal mirrored once more since
+    _watcher: asyncio.Task[None] | None = None
+    released: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.remote_pid
+
+    @property
+    def host(self) -> str:
+        return self.link.host.name
+
+    @property
+    def running(self) -> bool:
+        return not self._ended.is_set()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    def _ended_with(self, code: int | None) -> None:
+        if not self._ended.is_set():
+            self._returncode = code
+            self._ended.set()
+
+    def signal(self, signum: int) -> None:
+        if self.running and not self.link.lost:
+            with contextlib.suppress(Exception):
+                self.loop.call(self._write(f"signal {int(signum)}\n"))
+
+    async def _write(self, text: str) -> None:
+        self.process.stdin.write(text)
+        await self.process.stdin.drain()
+
+    def wait(self, timeout: float) -> int | None:
+        self._ended.wait(max(0.0, timeout))
+        return self._returncode
+
+    def release(self) -> None:
+        """Tell the watchdog to make sure nothing is left (``quit``), close the channel."""
+        if self.released:
+            return
+        self.released = True
+        if self.link.lost:
+            self._ended_with(None)
+            return
+        with contextlib.suppress(Exception):
+            self.loop.call(self._quit(), timeout=10.0)
+        self._ended_with(self._returncode)
+
+    async def _quit(self) -> None:
+        with contextlib.suppress(Exception):
+            self.process.stdin.write("quit\n")
+            self.process.stdin.write_eof()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.process.wait_closed(), 5.0)
+
+    def local_pids(self) -> list[int]:
+        return []
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.local_log.exists():
+            with contextlib.suppress(Exception):
+                self.loop.call(_fetch(self.link, f"{self.name}.log", self.local_log), timeout=10.0)
+        try:
+            text = self.local_log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+async def _fetch(link: _Link, name: str, local: Path) -> None:
+    await link.sftp.get(f"{link.workdir}/{name}", os.fspath(local))
+
+
+def shift_line(line: bytes, offset: float) -> bytes:
+    """A journal line with its ``t`` moved from its host's clock onto the runner's."""
+    if not offset:
+        return line
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line  # a torn or foreign line: the checker reads it as it is
+    t = event.get("t") if isinstance(event, dict) else None
+    if isinstance(t, (int, float)):
+        event["t"] = t - offset
+        return (json.dumps(event, separators=(",", ":")) + "\n").encode()
+    return line
+
+
+class SshLauncher:
+    """Start and reach workers on the hosts of ``fleet`` (see the module's docstring).
+
+    ``dsn_for(host)`` is the DSN a worker on ``host`` connects with (its
+    ``server_address`` in place of the server's own).
+    """
+
+    def __init__(
+        self,
+        fleet: FleetHosts,
+        *,
+        history_dir: Path,
+        log_dir: Path,
+        dsn_for: Callable[[Host], str],
+        slots: int,
+    ) -> None:
+        self.fleet = fleet
+        self.slots = slots
+        self.history_dir = Path(history_dir)
+        self.log_dir = Path(log_dir)
+        self.dsn_for = dsn_for
+        for folder in (self.history_dir, self.log_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.links: list[_Link] = []
+        #: Journals that could not be fetched whole (a lost host that did not answer again).
+        self.gaps: list[str] = []
+        self.first_clocks: dict[str, ClockOffset] = {}
+        self._loop = _Loop()
+        self._lock = threading.Lock()
+        self._mirror: asyncio.Future[None] | None = None
+        self._closed = False
+        try:
+            for host in fleet.hosts:
+                self.links.append(self._loop.call(self._connect(host), CONNECT_TIMEOUT_S * 2))
+            for link in self.links:
+                link.clock = self._loop.call(self._measure(link), CONNECT_TIMEOUT_S * 2)
+                self.first_clocks[link.host.name] = link.clock
+            self._mirror = asyncio.run_coroutine_threadsafe(self._mirror_loop(), self._loop.loop)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- connecting -------------------------------------------------------------------
+
+    async def _connect(self, host: Host, workdir: str | None = None) -> _Link:
+        where = f"host {host.name} ({host.url})"
+        try:
+            conn = await asyncio.wait_for(
+                asyncssh.connect(
+                    host.address,
+                    host.port,
+                    username=host.user,
+                    known_hosts=os.fspath(self.fleet.known_hosts),
+                    client_keys=[os.fspath(k) for k in self.fleet.keys] or None,
+                    keepalive_interval=KEEPALIVE_S,
+                    keepalive_count_max=KEEPALIVE_MISSES,
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                ),
+                CONNECT_TIMEOUT_S,
+            )
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise FleetError(
+                f"{where}: its host key is not in {self.fleet.known_hosts} ({exc}); add it "
+                "(ssh-keyscan, then check the fingerprint): host keys are always checked"
+            ) from None
+        except asyncssh.PermissionDenied:
+            raise FleetError(
+                f"{where}: the server refused every key offered ("
+                + (", ".join(map(str, self.fleet.keys)) or "the SSH agent's")
+                + "): add the public key to the user's authorized_keys"
+            ) from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise FleetError(
+                f"{where}: cannot connect: {type(exc).__name__}: {exc}; check that sshd "
+                "answers at that address from this machine"
+            ) from None
+        try:
+            probe = await conn.run(
+                f"{shlex.quote(host.python)} -c {shlex.quote(_PROBE)}", check=False, timeout=30
+            )
+            if probe.exit_status != 0:
+                raise FleetError(
+                    f"{where}: {host.python} cannot import this kit there (exit "
+                    f"{probe.exit_status}: {str(probe.stderr).strip()[-300:]}); install the kit "
+                    "in that venv on the host, or point fleet.python at one that has it"
+                )
+            facts = json.loads(str(probe.stdout).strip().splitlines()[-1])
+            if facts["version"] != _kit_version():
+                raise FleetError(
+                    f"{where}: its kit is version {facts['version']}, the runner's is "
+                    f"{_kit_version()}: install the same version on every host"
+                )
+            if workdir is None:
+                made = await conn.run("mktemp -d /tmp/rdq-fleet-XXXXXXXX", check=True, timeout=30)
+                workdir = str(made.stdout).strip()
+            sftp = await conn.start_sftp_client()
+        except BaseException:
+            conn.close()
+            raise
+        return _Link(host, conn, sftp, workdir, facts["watchdog"])
+
+    async def _measure(self, link: _Link) -> ClockOffset:
+        proc = await link.conn.create_process(
+            f"{shlex.quote(link.host.python)} -I -S -u -c {shlex.quote(_CLOCK)}"
+        )
+        best: tuple[float, float, float] | None = None  # (rtt, offset, base)
+        try:
+            for _ in range(CLOCK_SAMPLES):
+                t0 = time.time()
+                proc.stdin.write("\n")
+                line = await asyncio.wait_for(proc.stdout.readline(), 10.0)
+                t1 = time.time()
+                remote, mono = (float(x) for x in line.split())
+                rtt = t1 - t0
+                if best is None or rtt < best[0]:
+                    best = (rtt, remote - (t0 + t1) / 2, remote - mono)
+        finally:
+            proc.stdin.write_eof()
+            proc.close()
+        assert best is not None
+        link.base = best[2]
+        return ClockOffset(link.host.name, best[1], best[0] / 2, CLOCK_SAMPLES)
+
+    # ---- the Launcher interface --------------------------------------------------------
+
+    def _live_links(self) -> list[_Link]:
+        return [ln for ln in self.links if not ln.lost and not ln.conn.is_closed()]
+
+    def _link_for(self, slot: int) -> _Link:
+        live = self._live_links()
+        if not live:
+            raise FleetError(
+                "every host of the fleet is lost: "
+                + ", ".join(f"{ln.host.name} ({ln.host.url})" for ln in self.links)
+            )
+        preferred = self.links[slot % len(self.links)]
+        return preferred if preferred in live else live[slot % len(live)]
+
+    def host_of(self, slot: int) -> str:
+        try:
+            return self._link_for(slot).host.name
+        except FleetError:
+            return self.links[slot % len(self.links)].host.name
+
+    def start(self, start: WorkerStart) -> SshWorker:
+        link = self._link_for(start.slot)
+        return self._loop.call(self._start(link, start), CONNECT_TIMEOUT_S * 2)
+
+    async def _start(self, link: _Link, start: WorkerStart) -> SshWorker:
+        host = link.host
+        remote = f"{link.workdir}/{start.name}"
+        async with link.sftp.open(f"{remote}.point", "w") as fh:
+            await fh.write("none\n")
+        async with link.sftp.open(f"{remote}.jsonl", "w"):
+            pass
+        config = replace(
+            start.config,
+            journal=f"{remote}.jsonl",
+            control=f"{remote}.point",
+            spec=replace(start.config.spec, dsn=self.dsn_for(host)),
+        )
+        env = dict(self.fleet.env)
+        if start.skew is not None:
+            if not host.faketime:
+                raise FleetError(
+                    f"host {host.name}: the scenario skews slot {start.slot}'s clock, but the "
+                    "hosts file gives no faketime library for this host (its faketime key)"
+                )
+            env.update(skew_env(start.skew, Path(host.faketime)))
+            config = replace(config, time_base=link.base)
+        argv = [host.python, "-m", "rdq_compliance.chaos.worker_main", config.to_json()]
+        if env:  # env(1) execs: the pid stays the worker's
+            argv = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+        request = {
+            "argv": argv,
+            "log": f"{remote}.log",
+            "stop_signal": int(signals.SIGTERM),
+            "grace": ORPHAN_GRACE,
+            "cleanup": [],
+        }
+        process = await link.conn.create_process(
+            f"{shlex.quote(host.python)} -I -S -u {shlex.quote(link.watchdog)}"
+        )
+        process.stdin.write(json.dumps(request) + "\n")
+        first = json.loads(await asyncio.wait_for(process.stdout.readline(), 30.0) or "{}")
+        if "started" not in first:
+            process.close()
+            raise FleetError(
+                f"host {host.name}: the watchdog did not start {start.name}: "
+                f"{first.get('error', 'no answer')}"
+            )
+        assert link.clock is not None
+        worker = SshWorker(
+            start.name,
+            link,
+            int(first["started"]),
+            process,
+            self._loop,
+            self.history_dir / f"{start.name}.jsonl",
+            self.log_dir / f"{start.name}.log",
+            link.clock.offset,
+        )
+        worker.local_journal.touch()
+        worker._watcher = asyncio.ensure_future(self._watch(worker))
+        with self._lock:
+            link.workers.append(worker)
+        return worker
+
+    async def _watch(self, worker: SshWorker) -> None:
+        """Read the watchdog's messages until the channel ends."""
+        try:
+            while True:
+                line = await worker.process.stdout.readline()
+                if not line:
+                    break
+                with contextlib.suppress(ValueError):
+                    message = json.loads(line)
+                    if "exited" in message:
+                        worker._ended_with(message["exited"])
+        except Exception:
+            pass
+        if worker.link.conn.is_closed():
+            self._lose(worker.link)
+        worker._ended_with(worker._returncode)
+
+    def _lose(self, link: _Link) -> None:
+        link.lost = True
+        for w in link.workers:
+            w._ended_with(w._returncode)
+
+    def arm(self, name: str, point: str) -> None:
+        worker = self._worker(name)
+        if worker is None or worker.link.lost:
+            return
+        with contextlib.suppress(Exception):
+            self._loop.call(self._arm(worker.link, name, point), 10.0)
+
+    async def _arm(self, link: _Link, name: str, point: str) -> None:
+        path = f"{link.workdir}/{name}.point"
+        async with link.sftp.open(path + ".tmp", "w") as fh:
+            await fh.write(point + "\n")
+        await link.sftp.posix_rename(path + ".tmp", path)
+
+    def _worker(self, name: str) -> SshWorker | None:
+        with self._lock:
+            for link in self.links:
+                for w in link.workers:
+                    if w.name == name:
+                        return w
+        return None
+
+    def journal_path(self, name: str) -> Path:
+        return self.history_dir / f"{name}.jsonl"
+
+    def clocks(self) -> list[ClockOffset]:
+        return [ln.clock for ln in self.links if ln.clock is not None]
+
+    def lost_hosts(self) -> list[str]:
+        out = []
+        for link in self.links:
+            if (link.lost or link.conn.is_closed()) and not link.reported and not self._closed:
+                link.lost = True
+                link.reported = True
+                out.append(link.host.name)
+        return out
+
+    # ---- journals --------------------------------------------------------------------------
+
+    async def _mirror_loop(self) -> None:
+        while True:
+            await asyncio.sleep(MIRROR_EVERY_S)
+            for link in self._live_links():
+                for w in list(link.workers):
+                    if w._final:
+                        continue
+                    ended = not w.running
+                    with contextlib.suppress(Exception):
+                        await self._mirror_one(w)
+                        w._final = ended
+
+    async def _mirror_one(self, worker: SshWorker) -> None:
+        link = worker.link
+        async with link.sftp.open(f"{link.workdir}/{worker.name}.jsonl", "rb") as fh:
+            data = await fh.read(-1, worker._mirrored)
+        if not data:
+            return
+        worker._mirrored += len(data)
+        data = worker._partial + data
+        complete, _, worker._partial = data.rpartition(b"\n")
+        if not complete:
+            worker._partial = data
+            return
+        lines = (shift_line(ln + b"\n", worker.offset) for ln in complete.split(b"\n"))
+        with worker.local_journal.open("ab") as out:
+            out.write(b"".join(lines))
+
+    def collect(self) -> None:
+        """The rest of every journal, every log, and each host's clock measured again.
+
+        A host lost mid-campaign is connected to again (once, :data:`CONNECT_TIMEOUT_S`):
+        its workers are gone, but their journals are still on it, and the history is only
+        complete with their last lines. A host that does not answer leaves its workers'
+        journals ending at their last mirrored line: :attr:`gaps` names them."""
+        for link in self.links:
+            if link.lost or link.conn.is_closed():
+                if not self._reconnect(link):
+                    continue
+            with contextlib.suppress(Exception):
+                self._loop.call(self._collect(link), 60.0)
+
+    def _reconnect(self, link: _Link) -> bool:
+        if link.collected:
+            return True
+        try:
+            again = self._loop.call(self._connect(link.host, link.workdir), CONNECT_TIMEOUT_S * 2)
+        except Exception as exc:  # unreachable still: the gap is reported, not raised
+            names = [w.name for w in link.workers]
+            self.gaps.append(
+                f"host {link.host.name} did not answer again ({exc}): the journals of "
+                f"{names} end at their last line mirrored before the host was lost, so "
+                "what those workers did after it is missing from the history"
+            )
+            return False
+        link.conn, link.sftp = again.conn, again.sftp
+        link.collected = True
+        return True
+
+    async def _collect(self, link: _Link) -> None:
+        for w in list(link.workers):
+            with contextlib.suppress(Exception):
+                await self._mirror_one(w)
+            if w._partial:  # a last line torn by a SIGKILL: kept as it is
+                with w.local_journal.open("ab") as out:
+                    out.write(w._partial)
+                w._partial = b""
+            with contextlib.suppress(Exception):
+                await _fetch(link, f"{w.name}.log", w.local_log)
+        again = await self._measure(link)
+        first = self.first_clocks.get(link.host.name, again)
+        drift = abs(again.offset - first.offset)
+        link.clock = ClockOffset(
+            link.host.name,
+            first.offset,
+            max(first.uncertainty, again.uncertainty) + drift,
+            first.samples + again.samples,
+        )
+
+    def close(self) -> None:
+        """Release every worker, remove the hosts' folders, close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._mirror is not None:
+            self._mirror.cancel()
+        for link in self.links:
+            for w in list(link.workers):
+                w.release()
+            if not link.conn.is_closed():
+                with contextlib.suppress(Exception):
+                    self._loop.call(self._close_link(link), 30.0)
+            link.conn.close()
+        self._loop.close()
+
+    async def _close_link(self, link: _Link) -> None:
+        await link.conn.run(f"rm -rf {shlex.quote(link.workdir)}", timeout=20)
+        link.sftp.exit()
+        await link.sftp.wait_closed()
+        link.conn.close()
+        await link.conn.wait_closed()
+
+
+# ---- partitions of whole hosts -------------------------------------------------------------
+
+#: Run on a host for the length of a cut: puts the nftables table in, says ``cut``, waits
+#: for end of file on stdin (the heal, or the runner's death: the channel closes), then
+#: deletes the table. So a SIGKILLed runner leaves no host cut off.
+_CUT = r"""
+import subprocess, sys
+table, rules = sys.argv[1], sys.argv[2]
+subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+print("cut", flush=True)
+try:
+    sys.stdin.read()
+finally:
+    subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+"""
+#: The nftables table a cut puts on a host.
+CUT_TABLE = "rdq_fleet_cut"
+
+
+class HostNetwork:
+    """The partition fault on a remote fleet: a whole host cut from the server (or made to
+    lose packets to it), by nftables rules on that host over SSH (the SSH user must be
+    allowed to run ``nft``: root, on the kit's test hosts). Rules match the server's
+    address as the host sees it (``server_address``) and its port, both ways, so the
+    host's SSH session to the runner stays up."""
+
+    def __init__(self, launcher: SshLauncher, server_port: int, *, loss_percent: int = 0) -> None:
+        self.launcher = launcher
+        self.port = server_port
+        self.loss_percent = loss_percent
+        self._cuts: dict[str, asyncssh.SSHClientProcess[str]] = {}
+
+    def span(self, slots: Sequence[int]) -> list[int]:
+        """Every slot on the hosts of ``slots``: what cutting those hosts cuts."""
+        hosts = {self.launcher.host_of(s) for s in slots}
+        return sorted(s for s in range(self._size(slots)) if self.launcher.host_of(s) in hosts)
+
+    def _size(self, slots: Sequence[int]) -> int:
+        return max([*slots, self.launcher.slots - 1]) + 1
+
+    def _links(self, slots: Sequence[int]) -> list[_Link]:
+        names = {self.launcher.host_of(s) for s in slots}
+        return [ln for ln in self.launcher.links if ln.host.name in names]
+
+    def partition(self, slots: Sequence[int]) -> None:
+        self._cut(slots, "drop")
+
+    def lose(self, slots: Sequence[int]) -> None:
+        self._cut(slots, f"numgen random mod 100 < {int(self.loss_percent)} drop")
+
+    def _cut(self, slots: Sequence[int], verdict: str) -> None:
+        for link in self._links(slots):
+            if link.host.name in self._cuts or link.lost:
+                continue
+            address = link.host.server_address or link.host.address
+            rules = (
+                f"table inet {CUT_TABLE} {{\n"
+                f"  chain out {{ type filter hook output priority 0; "
+                f"ip daddr {address} tcp dport {self.port} {verdict}; }}\n"
+                f"  chain in {{ type filter hook input priority 0; "
+                f"ip saddr {address} tcp sport {self.port} {verdict}; }}\n"
+                "}\n"
+            )
+            self._cuts[link.host.name] = self.launcher._loop.call(self._open(link, rules), 30.0)
+
+    async def _open(self, link: _Link, rules: str) -> asyncssh.SSHClientProcess[str]:
+        command = (
+            f"{shlex.quote(link.host.python)} -I -S -u -c {shlex.quote(_CUT)} "
+            f"{CUT_TABLE} {shlex.quote(rules)}"
+        )
+        process = await link.conn.create_process(command)
+        line = await asyncio.wait_for(process.stdout.readline(), 20.0)
+        if line.strip() != "cut":
+            errors = await asyncio.wait_for(process.stderr.read(), 5.0)
+            process.close()
+            raise FleetError(
+                f"host {link.host.name}: nftables refused the cut ({errors.strip()[-300:]}): "
+                "the SSH user must be allowed to run nft on the host"
+            )
+        return process
+
+    def heal(self, slots: Sequence[int]) -> None:
+        for link in self._links(slots):
+            process = self._cuts.pop(link.host.name, None)
+            if process is not None and not link.lost:
+                self.launcher._loop.call(self._close(process), 30.0)
+
+    async def _close(self, process: asyncssh.SSHClientProcess[str]) -> None:
+        process.stdin.write_eof()
+        await asyncio.wait_for(process.wait_closed(), 20.0)
+
+    def close(self) -> None:
+        for name in list(self._cuts):
+            process = self._cuts.pop(name)
+            with contextlib.suppress(Exception):
+                self.launcher._loop.call(self._close(process), 30.0)

@@ -1,0 +1,474 @@
+"""The remote fleet: campaigns whose workers run on other hosts over SSH.
+
+The hosts are :mod:`rdq_compliance.provision.ssh_hosts`' test hosts: each a network
+namespace with a real OpenSSH ``sshd`` (Debian's openssh-server), a key made for the
+test, reachable only over the veth pair the test made; the server of the session is
+reached from a host through a relay on the machine's end of its veth. Workers are
+started by :class:`~rdq_compliance.chaos.ssh_launcher.SshLauncher` (asyncssh, host keys
+checked against the test's known-hosts file), killed, paused and resumed through the
+kit's watchdog on the host, their journals mirrored over SFTP.
+
+What is checked, on PostgreSQL and Redis (the local rung's servers):
+
+- the standard campaign, its workers over three hosts, passes, and its timeline has a
+  lane group per host;
+- broken variants the local fleet exposes are exposed through the remote fleet, naming
+  the same rules: a client clock (``storage-clock``) under a host's clock skew (every
+  worker of the host skewed), a heartbeat timeout taken as applied (``lease-respected`` /
+  ``one-claim``) under partitions that cut whole hosts from the server;
+- a SIGKILLed runner leaves no worker and no sshd session on any host (the watchdogs read
+  end of file when sshd closes their channels), and the hosts' namespaces and veths go
+  with the hosts;
+- a host lost mid-campaign is journalled as a fault, its slots move to the hosts left,
+  and the campaign ends with a verdict;
+- bad hosts files and unusable hosts give one clear error each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rdq_compliance.chaos.events import read_journal
+from rdq_compliance.chaos.scenario import load_scenario
+from rdq_compliance.session import Session
+from tests._ci import missing
+from tests._paths import ROOT, pythonpath
+from tests.broken import catalogue
+from tests.chaos._chaos_support import STANDARD, start_session
+
+pytestmark = [pytest.mark.chaos]
+
+asyncssh = pytest.importorskip("asyncssh", reason="the ssh extra (asyncssh) is not installed")
+
+from rdq_compliance.chaos.fleet_hosts import (  # noqa: E402
+    FleetConfigError,
+    FleetHosts,
+    fleet_from_dict,
+    load_fleet,
+)
+from rdq_compliance.chaos.ssh_launcher import FleetError, SshLauncher, shift_line  # noqa: E402
+from rdq_compliance.provision import ssh_hosts  # noqa: E402
+
+HOSTS = 3
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def _needs_hosts() -> None:
+    why = ssh_hosts.unavailable()
+    if why:
+        missing(f"no SSH test hosts here: {why}")
+
+
+@contextmanager
+def remote_fleet(
+    session: Session, workdir: Path, count: int = HOSTS, env: dict[str, str] | None = None
+) -> Iterator[tuple[ssh_hosts.SshHosts, FleetHosts]]:
+    """``count`` SSH hosts relaying to ``session``'s server, and their checked hosts file."""
+    _needs_hosts()
+    address = session.server.network_address()
+    extra: dict[str, object] = {"env": {"PYTHONPATH": pythonpath(None), **(env or {})}}
+    if Path(FAKETIME).exists():
+        extra["faketime"] = FAKETIME
+    with ssh_hosts.SshHosts(count, workdir, relays=[address]) as hosts:
+        path = hosts.write_fleet_toml(workdir / "hosts.toml", sys.executable, extra)
+        yield hosts, load_fleet(path)
+
+
+def _host_processes(hosts: ssh_hosts.SshHosts) -> dict[str, list[str]]:
+    """Per host, the processes in its namespace other than its listening sshd."""
+    out: dict[str, list[str]] = {}
+    for h in hosts.hosts:
+        pids = subprocess.run(
+            ["ip", "netns", "pids", h.namespace], capture_output=True, text=True, check=False
+        ).stdout.split()
+        left = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(int(pid))
+                cmd = " ".join(proc.cmdline())
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+            except psutil.NoSuchProcess:
+                continue
+            if re.search(r"sshd.* -D .*-f ", cmd) and not re.search(r"sshd: \S+@", cmd):
+                continue  # the host's own listening sshd
+            left.append(f"{pid} {cmd[:120]}")
+        out[h.name] = left
+    return out
+
+
+def _wait_no_workers(hosts: ssh_hosts.SshHosts, timeout: float) -> dict[str, list[str]]:
+    end = time.monotonic() + timeout
+    while True:
+        left = {k: v for k, v in _host_processes(hosts).items() if v}
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.2)
+
+
+def _harness_events(outdir: Path) -> list[dict]:
+    return list(read_journal(outdir / "history" / "harness.jsonl"))
+
+
+def _placed(events: list[dict]) -> dict[str, str]:
+    """Worker name -> the host the harness journalled it on."""
+    return {
+        e["target"]: e["host"] for e in events if e.get("op") == "host" and e["kind"] == "placed"
+    }
+
+
+# ---- the hosts file ---------------------------------------------------------------------------
+
+
+def _fleet(tmp_path: Path, **fleet: object) -> FleetHosts:
+    """A ``[fleet]`` table with an interpreter and an (empty) known-hosts file unless
+    ``fleet`` says otherwise (``None``: the key left out)."""
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    table = {"python": sys.executable, "known_hosts": str(known), **fleet}
+    table = {k: v for k, v in table.items() if v is not None}
+    return fleet_from_dict({"fleet": table}, source="hosts.toml", base=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("fleet", "said"),
+    [
+        ({}, "no hosts: add [[fleet.hosts]]"),
+        ({"hosts": [{"url": "http://h"}]}, "is not ssh://user@host[:port]"),
+        ({"hosts": [{"url": "ssh://u:secret@h"}]}, "holds a password"),
+        ({"hosts": [{"url": "ssh://u@h:99999"}]}, "port is not a number"),
+        ({"hosts": [{"url": "ssh://h", "colour": "red"}]}, "unknown key(s) ['colour']"),
+        ({"hosts": [{"url": "ssh://a", "name": "x"}, {"url": "ssh://b", "name": "x"}]},
+         "two hosts have the same name"),
+        ({"known_hosts": "/nonexistent/kh", "hosts": [{"url": "ssh://h"}]},
+         "host keys are always checked"),
+        ({"known_hosts": "", "hosts": [{"url": "ssh://h"}]}, "host keys are always checked"),
+        ({"keys": ["/nonexistent/key"], "hosts": [{"url": "ssh://h"}]}, "no key file"),
+        ({"env": {"A B": "x"}, "hosts": [{"url": "ssh://h"}]}, "fleet.env must be"),
+        ({"python": None, "hosts": [{"url": "ssh://h"}]}, "no worker interpreter"),
+        ({"speed": 1, "hosts": [{"url": "ssh://h"}]}, "unknown key(s) ['speed']"),
+    ],
+)  # fmt: skip
+def test_a_bad_hosts_file_is_refused_saying_what_to_do(tmp_path, fleet, said):
+    with pytest.raises(FleetConfigError) as raised:
+        _fleet(tmp_path, **fleet)
+    assert said in str(raised.value)
+    assert "secret" not in str(raised.value)
+
+
+def test_a_hosts_file_reads_back_its_hosts(tmp_path):
+    fleet = _fleet(
+        tmp_path,
+        env={"PYTHONPATH": "/src"},
+        faketime="/lib/ft.so",
+        hosts=[{"url": "ssh://rdq@10.0.0.1:2222", "name": "n1", "server_address": "10.0.0.9"},
+               {"url": "ssh://10.0.0.2", "faketime": "/other/ft.so", "python": "/p"}],
+    )  # fmt: skip
+    one, two = fleet.hosts
+    assert (one.name, one.user, one.address, one.port) == ("n1", "rdq", "10.0.0.1", 2222)
+    assert (one.server_address, one.faketime) == ("10.0.0.9", "/lib/ft.so")
+    assert one.python == sys.executable
+    assert (two.name, two.port, two.faketime, two.python) == ("10.0.0.2", 22, "/other/ft.so", "/p")
+    assert fleet.env == (("PYTHONPATH", "/src"),)
+    assert load_fleet  # the file form is exercised by every campaign below
+    with pytest.raises(FleetConfigError, match="no hosts file at"):
+        load_fleet(tmp_path / "missing.toml")
+    (tmp_path / "bad.toml").write_text("[fleet\n")
+    with pytest.raises(FleetConfigError, match="not valid TOML"):
+        load_fleet(tmp_path / "bad.toml")
+
+
+def test_journal_times_move_onto_the_runners_clock():
+    line = json.dumps({"t": 100.5, "op": "claim", "proc": "w1"}).encode() + b"\n"
+    assert json.loads(shift_line(line, 0.25))["t"] == pytest.approx(100.25)
+    assert shift_line(line, 0.0) == line
+    assert shift_line(b'{"t": 1, "op"\n', 0.5) == b'{"t": 1, "op"\n'  # torn: kept as is
+
+
+# ---- unusable hosts ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def redis_session(tmp_path_factory) -> Iterator[Session]:
+    session = start_session("redis", tmp_path_factory.mktemp("redis"))
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def test_an_unknown_host_key_a_missing_kit_and_a_dead_address_are_clear_errors(
+    redis_session, tmp_path
+):
+    with remote_fleet(redis_session, tmp_path / "hosts", count=1) as (hosts, fleet):
+        kwargs = dict(
+            history_dir=tmp_path / "h", log_dir=tmp_path / "l", dsn_for=lambda h: "x", slots=1
+        )
+        empty = tmp_path / "empty_known_hosts"
+        empty.write_text("")
+        with pytest.raises(FleetError) as raised:
+            SshLauncher(replace(fleet, known_hosts=empty), **kwargs)
+        text = str(raised.value)
+        assert "host key is not in" in text and "always checked" in text, text
+        assert hosts.hosts[0].name in text
+
+        no_kit = replace(fleet, hosts=(replace(fleet.hosts[0], python="/usr/bin/python3"),))
+        with pytest.raises(FleetError, match="cannot import this kit there"):
+            SshLauncher(no_kit, **kwargs)
+
+        gone = replace(fleet, hosts=(replace(fleet.hosts[0], address="10.198.255.254"),))
+        t0 = time.monotonic()
+        with pytest.raises(FleetError, match="cannot connect"):
+            SshLauncher(gone, **kwargs)
+        assert time.monotonic() - t0 < 40
+    assert ssh_hosts.namespaces(os.getpid()) == []
+
+
+# ---- campaigns --------------------------------------------------------------------------------
+
+
+def _run(session, scenario, outdir, fleet):
+    from rdq_compliance.chaos.runner import run_campaign
+
+    return run_campaign(scenario, session=session, outdir=outdir, fleet_hosts=fleet)
+
+
+@pytest.mark.parametrize("server", ["postgres", "redis"])
+def test_the_standard_campaign_passes_with_its_workers_on_three_hosts(server, tmp_path):
+    session = start_session(server, tmp_path / "server")
+    try:
+        with remote_fleet(session, tmp_path / "hosts") as (hosts, fleet):
+            result = _run(session, load_scenario(STANDARD), tmp_path / "run", fleet)
+            left = _wait_no_workers(hosts, 10.0)
+    finally:
+        session.close()
+    where = f"report folder {tmp_path / 'run'}; notes {result.counters.notes}"
+    assert result.checked and result.violations == [], [str(v)[:300] for v in result.violations]
+    assert result.drained and result.workers_left == [], where
+    assert left == {}, f"processes left on the hosts: {left}"
+    c = result.counters
+    assert c.total_kills > 0 and c.pauses > 0 and c.unexpected_exits == 0, where
+    events = _harness_events(tmp_path / "run")
+    placed = _placed(events)
+    assert set(placed.values()) == {h.name for h in hosts.hosts}, placed
+    clocks = [e for e in events if e.get("op") == "host" and e["kind"] == "clock"]
+    assert {e["host"] for e in clocks} == set(placed.values()) and len(clocks) == 2 * HOSTS
+    for e in clocks:  # one kernel: the offset is within its own uncertainty, both small
+        assert abs(e["offset"]) <= e["uncertainty"] + 0.005 and e["uncertainty"] < 0.05, e
+    worker_events = sum(
+        1 for p in (tmp_path / "run" / "history").glob("w*.jsonl") for _ in read_journal(p)
+    )
+    assert worker_events > 2000, worker_events
+    page = (tmp_path / "run" / "timeline.html").read_text()
+    for h in hosts.hosts:
+        assert f"host {h.name}</text>" in page
+    assert any("over SSH" in n for n in c.notes), c.notes
+    assert ssh_hosts.namespaces(os.getpid()) == []
+
+
+def _variants(fault: str) -> list[tuple[catalogue.Variant, catalogue.Campaign]]:
+    return [
+        (v, c)
+        for v, c in catalogue.cases(catalogue.Campaign)
+        if c.fault == fault and v.store in ("postgres", "redis")
+    ]
+
+
+SKEWED = _variants("clock_skew")
+#: The variants only a fault exposes: a partition (of whole hosts, here) or a server freeze.
+FAULT_ONLY = _variants("partition") + _variants("server_pause")
+
+
+@pytest.mark.parametrize(("variant", "campaign"), SKEWED, ids=[v.store for v, _ in SKEWED])
+def test_a_client_clock_is_found_under_a_hosts_clock_skew(variant, campaign, tmp_path):
+    """Every worker of a skewed host runs under that host's skew; the variant that stamps
+    times with the client's clock is caught under ``storage-clock``, naming workers of
+    two hosts whose clocks differ."""
+    if not Path(FAKETIME).exists():
+        missing(f"no libfaketime at {FAKETIME} (Debian's libfaketime)")
+    session = start_session(variant.dotted, tmp_path / "server")
+    try:
+        with remote_fleet(session, tmp_path / "hosts") as (_, fleet):
+            scenario = load_scenario(catalogue.scenario(campaign))
+            result = _run(session, scenario, tmp_path / "run", fleet)
+    finally:
+        session.close()
+    where = f"report folder {tmp_path / 'run'}; notes {result.counters.notes}"
+    events = _harness_events(tmp_path / "run")
+    placed = _placed(events)
+    skewed = {e["target"] for e in events if e.get("op") == "fault" and e["kind"] == "clock_skew"}
+    skewed_hosts = {placed[w] for w in skewed}
+    assert skewed_hosts, where
+    for w, h in placed.items():  # a host is skewed whole, or not at all
+        assert (w in skewed) == (h in skewed_hosts), (w, h, sorted(skewed))
+    found = [v for v in result.violations if v.rule in campaign.rules]
+    assert found, f"not caught: {[v.rule for v in result.violations]}; {where}"
+    v = found[0]
+    assert f"[{v.rule}]" in v.message and all(w in v.message for w in v.workers), v.message[:400]
+    assert {placed.get(w) for w in v.workers} & skewed_hosts, (v.workers, skewed_hosts)
+
+
+@pytest.mark.parametrize(
+    ("variant", "campaign"), FAULT_ONLY, ids=[f"{v.store}-{c.fault}" for v, c in FAULT_ONLY]
+)
+def test_a_fault_only_variant_is_found_through_the_remote_fleet(
+    variant, campaign, tmp_path, monkeypatch
+):
+    """The variants only a fault exposes, caught under the rules the local fleet catches
+    them with (in one of at most ``FAULTED_TRIES`` runs, each with the next seed):
+
+    - a heartbeat unanswered for 0.4 s taken as applied, under partitions that cut whole
+      hosts from the server (nftables on the host, over SSH): every cut names every
+      worker of the hosts it cut, and is healed;
+    - an outcome report unanswered for 1 s taken as applied, under server freezes."""
+    from tests.chaos._chaos_support import FAULTED_TRIES
+
+    victims = tmp_path / "victims.txt"
+    monkeypatch.setenv(campaign.victims_env, str(victims))
+    session = start_session(variant.dotted, tmp_path / "server")
+    try:
+        with remote_fleet(
+            session, tmp_path / "hosts", env={campaign.victims_env: str(victims)}
+        ) as (_, fleet):
+            scenario = load_scenario(catalogue.scenario(campaign))
+            runs = []
+            for n in range(FAULTED_TRIES):
+                out = tmp_path / f"run-{n}"
+                result = _run(session, scenario.with_seed(scenario.seed + n), out, fleet)
+                runs.append(sorted({v.rule for v in result.violations}))
+                if any(v.rule in campaign.rules for v in result.violations):
+                    break
+    finally:
+        session.close()
+    where = f"report folder {out}; rules per run {runs}; notes {result.counters.notes}"
+    events = _harness_events(out)
+    placed = _placed(events)
+    assert set(placed.values()) == {f"h{i}" for i in range(HOSTS)}, placed
+    if campaign.fault == "partition":
+        cuts = [e for e in events if e.get("op") == "fault" and e["kind"] == "partition"]
+        heals = [e for e in events if e.get("op") == "fault" and e["kind"] == "heal"]
+        assert cuts and len(heals) == len(cuts), where
+        per_host = scenario.workers.count // HOSTS
+        for e in cuts:  # whole hosts: all the slots of every host it cut
+            assert e["slots"] and len(e["slots"]) % per_host == 0, e
+            assert {placed[w] for w in e["targets"]}, e
+    else:
+        kinds = [e["kind"] for e in events if e.get("op") == "fault"]
+        assert kinds.count("pause_server") == kinds.count("resume_server") > 0, where
+    found = [v for v in result.violations if v.rule in campaign.rules]
+    others = {v.rule for v in result.violations} - set(campaign.within or campaign.rules)
+    assert found, f"not caught: {[v.rule for v in result.violations]}; {where}"
+    assert not others, f"unexpected rules {others}; {where}"
+    v = found[0]
+    assert f"[{v.rule}]" in v.message and v.task in v.message, v.message[:400]
+    assert v.workers and all(w in v.message for w in v.workers), v.message[:400]
+
+
+# ---- the runner dies; a host drops --------------------------------------------------------------
+
+_RUNNER = r"""
+import sys
+from pathlib import Path
+from rdq_compliance.chaos.fleet_hosts import load_fleet
+from rdq_compliance.chaos.runner import run_campaign
+from rdq_compliance.chaos.scenario import load_scenario
+from rdq_compliance.session import Session
+from rdq_compliance.settings import Settings
+
+out = Path(sys.argv[2])
+session = Session(Settings(backend="redis", dsn=sys.argv[3], docker=False), workdir=out / "work")
+session.start()
+run_campaign(load_scenario(sys.argv[1]), session=session, outdir=out / "run",
+             fleet_hosts=load_fleet(Path(sys.argv[4])))
+"""
+
+
+def test_a_sigkilled_runner_leaves_no_worker_and_no_ssh_session_on_any_host(
+    redis_session, tmp_path
+):
+    with remote_fleet(redis_session, tmp_path / "hosts") as (hosts, fleet):
+        runner = subprocess.Popen(
+            [
+                sys.executable, "-c", _RUNNER, str(STANDARD), str(tmp_path),
+                redis_session.server.dsn, fleet.source,
+            ],
+            env={**os.environ, "PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH"))},
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / "runner.err").open("w"),
+        )
+        def working() -> dict[str, int]:
+            return {
+                k: sum("worker_main" in p for p in v) for k, v in _host_processes(hosts).items()
+            }
+
+        try:
+            end = time.monotonic() + 60
+            while not all(working().values()):
+                assert runner.poll() is None, (tmp_path / "runner.err").read_text()[-2000:]
+                if time.monotonic() > end:
+                    pytest.fail(f"the workers never ran on every host: {_host_processes(hosts)}")
+                time.sleep(0.2)
+            time.sleep(2.0)  # mid-campaign: claims held, faults under way
+            before = working()
+            runner.send_signal(signal.SIGKILL)
+            runner.wait(10)
+            left = _wait_no_workers(hosts, 15.0)
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait()
+        assert sum(before.values()) >= 6, before  # the standard fleet's 8, less any respawning
+        assert left == {}, f"left on the hosts after the runner was SIGKILLed: {left}"
+    assert ssh_hosts.namespaces(os.getpid()) == []
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"{ssh_hosts.LINK_PREFIX}{os.getpid()}" not in links
+
+
+def test_a_host_lost_mid_campaign_is_a_fault_and_its_slots_move(redis_session, tmp_path):
+    scenario = load_scenario(STANDARD)
+    scenario = replace(scenario, faults=scenario.faults.replace(server_restarts=0))
+    with remote_fleet(redis_session, tmp_path / "hosts") as (hosts, fleet):
+        doomed = hosts.hosts[1]
+
+        def drop_host() -> None:  # down for 10 s: past the keepalives (3 s) and sshd's (6 s)
+            link = ["ip", "netns", "exec", doomed.namespace, "ip", "link", "set"]
+            time.sleep(8.0)
+            subprocess.run([*link, ssh_hosts.HOST_LINK, "down"], check=True)
+            time.sleep(10.0)
+            subprocess.run([*link, ssh_hosts.HOST_LINK, "up"], check=True)
+
+        import threading
+
+        threading.Thread(target=drop_host, daemon=True).start()
+        result = _run(redis_session, scenario, tmp_path / "run", fleet)
+        left = _wait_no_workers(hosts, 15.0)
+    events = _harness_events(tmp_path / "run")
+    lost = [e for e in events if e.get("op") == "fault" and e["kind"] == "host-lost"]
+    assert [e["target"] for e in lost] == [doomed.name], lost
+    placed = [
+        (e["t"], e["host"]) for e in events if e.get("op") == "host" and e["kind"] == "placed"
+    ]
+    after = [h for t, h in placed if t > lost[0]["t"]]
+    assert after and doomed.name not in after, placed
+    assert result.checked, result.checker_error
+    assert any(f"host {doomed.name} was lost" in n for n in result.counters.notes)
+    assert left == {}, left
+    # the host answered again by the end: its workers' journals were fetched whole, so
+    # the history is complete and the correct backend passes
+    assert not any("did not answer again" in n for n in result.counters.notes)
+    assert result.violations == [], [str(v)[:300] for v in result.violations]
+    assert result.drained, result.counters.notes
