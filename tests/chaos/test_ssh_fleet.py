@@ -26,12 +26,14 @@ What is checked, on PostgreSQL and Redis (the local rung's servers):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,6 +130,69 @@ def _placed(events: list[dict]) -> dict[str, str]:
     return {
         e["target"]: e["host"] for e in events if e.get("op") == "host" and e["kind"] == "placed"
     }
+
+
+class PeerWatch:
+    """The loopback watcher: samples, every 0.25 s while a campaign runs, the peers of
+    every TCP connection in the machine's namespace and in each host's (``ss``), so a
+    test can check that nothing but loopback and the test's own veths was addressed."""
+
+    def __init__(self, hosts: ssh_hosts.SshHosts) -> None:
+        self.namespaces = [None, *(h.namespace for h in hosts.hosts)]
+        self.allowed = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
+        # the test hosts' block: this test's veths, and those of hosts another test of
+        # this run (an xdist worker beside it) made, whose connections the machine's
+        # namespace shows too
+        self.allowed.append(ssh_hosts.NETWORK)
+        self.peers: set[str] = set()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            for ns in self.namespaces:
+                argv = ["ss", "-Htn"] if ns is None else ["ip", "netns", "exec", ns, "ss", "-Htn"]
+                out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+                for line in out.splitlines():
+                    fields = line.split()
+                    if len(fields) >= 5:
+                        self.peers.add(fields[4].rsplit(":", 1)[0].strip("[]"))
+            self.samples += 1
+
+    def outside(self) -> list[str]:
+        """Peers neither on loopback nor on the test's veths (an IPv4-mapped address
+        is read as its IPv4 address)."""
+        out = []
+        for peer in sorted(self.peers):
+            try:
+                address = ipaddress.ip_address(peer)
+            except ValueError:
+                out.append(peer)
+                continue
+            mapped = getattr(address, "ipv4_mapped", None)
+            address = mapped or address
+            if not any(address in net for net in self.allowed if net.version == address.version):
+                out.append(peer)
+        return out
+
+
+def test_the_loopback_watcher_names_a_peer_beyond_loopback_and_the_veths():
+    from types import SimpleNamespace
+
+    watch = PeerWatch(SimpleNamespace(hosts=[]))  # type: ignore[arg-type]
+    watch.peers = {"127.0.0.1", "::1", "::ffff:127.0.0.1", "10.198.7.1"}
+    assert watch.outside() == []
+    watch.peers |= {"192.0.2.2", "::ffff:8.8.8.8"}
+    assert watch.outside() == ["192.0.2.2", "::ffff:8.8.8.8"]
 
 
 # ---- the hosts file ---------------------------------------------------------------------------
@@ -250,7 +315,7 @@ def _run(session, scenario, outdir, fleet):
 def test_the_standard_campaign_passes_with_its_workers_on_three_hosts(server, tmp_path):
     session = start_session(server, tmp_path / "server")
     try:
-        with remote_fleet(session, tmp_path / "hosts") as (hosts, fleet):
+        with remote_fleet(session, tmp_path / "hosts") as (hosts, fleet), PeerWatch(hosts) as watch:
             result = _run(session, load_scenario(STANDARD), tmp_path / "run", fleet)
             left = _wait_no_workers(hosts, 10.0)
     finally:
@@ -259,6 +324,10 @@ def test_the_standard_campaign_passes_with_its_workers_on_three_hosts(server, tm
     assert result.checked and result.violations == [], [str(v)[:300] for v in result.violations]
     assert result.drained and result.workers_left == [], where
     assert left == {}, f"processes left on the hosts: {left}"
+    # the watcher saw the workers' relays and the runner's SSH sessions, and nothing else
+    seen = {h.server_address for h in hosts.hosts} | {h.address for h in hosts.hosts}
+    assert watch.samples > 50 and seen <= watch.peers, (watch.samples, sorted(watch.peers))
+    assert watch.outside() == [], f"addressed beyond loopback and the veths: {watch.outside()}"
     c = result.counters
     assert c.total_kills > 0 and c.pauses > 0 and c.unexpected_exits == 0, where
     events = _harness_events(tmp_path / "run")
@@ -450,8 +519,6 @@ def test_a_host_lost_mid_campaign_is_a_fault_and_its_slots_move(redis_session, t
             subprocess.run([*link, ssh_hosts.HOST_LINK, "down"], check=True)
             time.sleep(10.0)
             subprocess.run([*link, ssh_hosts.HOST_LINK, "up"], check=True)
-
-        import threading
 
         threading.Thread(target=drop_host, daemon=True).start()
         result = _run(redis_session, scenario, tmp_path / "run", fleet)
