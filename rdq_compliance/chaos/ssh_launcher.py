@@ -586,6 +586,23 @@ class SshLauncher:
             first.samples + again.samples,
         )
 
+    def leftovers(self) -> list[str]:
+        """Every worker ever started on a host that still runs there (``kill -0``)."""
+        out: list[str] = []
+        for link in self.links:
+            pids = sorted({w.remote_pid for w in link.workers})
+            if not pids or link.conn.is_closed():
+                continue
+            listed = " ".join(map(str, pids))
+            script = f"for p in {listed}; do kill -0 $p 2>/dev/null && echo $p; done"
+            try:
+                done = self._loop.call(link.conn.run(script, timeout=20), 30.0)
+            except Exception as exc:
+                out.append(f"{link.host.name}: not checked ({type(exc).__name__}: {exc})")
+                continue
+            out += [f"{link.host.name} pid {p}" for p in str(done.stdout).split()]
+        return out
+
     def close(self) -> None:
         """Release every worker, remove the hosts' folders, close the connections."""
         if self._closed:
@@ -614,14 +631,16 @@ class SshLauncher:
 
 #: Run on a host for the length of a cut: puts the nftables table in, says ``cut``, waits
 #: for end of file on stdin (the heal, or the runner's death: the channel closes), then
-#: deletes the table. So a SIGKILLed runner leaves no host cut off.
+#: deletes the table, whatever happened after it went in (a runner that died while the
+#: cut was being made: the ``cut`` line cannot be written). So a SIGKILLed runner leaves
+#: no host cut off.
 _CUT = r"""
 import subprocess, sys
 table, rules = sys.argv[1], sys.argv[2]
-subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
-subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
-print("cut", flush=True)
 try:
+    subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+    print("cut", flush=True)  # a runner gone already: BrokenPipeError, and the finally
     sys.stdin.read()
 finally:
     subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
