@@ -52,6 +52,8 @@ _EARLY = pytest.StashKey[Session]()
 _UNAVAILABLE = pytest.StashKey[ProvisionUnavailable]()
 #: what the sweep of the server given by DSN did, for the header
 _SWEPT = pytest.StashKey[str]()
+#: ``--rdq-chaos-fleet``'s hosts, described (the file checked in ``pytest_configure``).
+_FLEET = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,6 +94,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE|NAME",
         help="the chaos scenario the chaos suite runs (default: the one the provisioned "
         "server names, the built-in 'standard' unless it is too slow for it)",
+    )
+    group.addoption(
+        "--rdq-chaos-fleet",
+        default=None,
+        metavar="HOSTS_FILE",
+        help="run the chaos suite's workers on the hosts of this file over SSH (the ssh "
+        "extra; see the docs' 'Workers on other hosts')",
     )
     group.addoption(
         "--rdq-chaos-seed",
@@ -155,6 +164,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[pytest_report.KEY] = reporter
         config.pluginmanager.register(reporter, "rdq-reporting")
     config.stash[_SETTINGS] = resolved
+    fleet = config.getoption("rdq_chaos_fleet")
+    if fleet:
+        config.stash[_FLEET] = _load_fleet(fleet)
+
+
+def _load_fleet(path: str) -> str:
+    """``--rdq-chaos-fleet``'s hosts file, checked before any test; its hosts, described."""
+    try:
+        from rdq_compliance.chaos.fleet_hosts import FleetConfigError, load_fleet
+        from rdq_compliance.chaos.ssh_launcher import FleetError  # noqa: F401 (needs asyncssh)
+    except ImportError as exc:
+        raise pytest.UsageError(
+            f"rdq: --rdq-chaos-fleet needs the ssh extra (pip install 'rdq[ssh]'): {exc}"
+        ) from None
+    try:
+        return load_fleet(Path(path)).describe()
+    except FleetConfigError as exc:
+        raise pytest.UsageError(f"rdq: --rdq-chaos-fleet: {exc}") from None
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -166,6 +193,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     swept = config.stash.get(_SWEPT, None)
     if swept:
         notes.append(f"server given by DSN: {swept}")
+    fleet = config.stash.get(_FLEET, None)
+    if fleet:
+        notes.append(f"the chaos suite's workers run over SSH on: {fleet}")
     return "\n".join([f"rdq: {settings.describe(s)}", *(f"rdq: {n}" for n in notes)])
 
 

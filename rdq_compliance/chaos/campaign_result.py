@@ -67,7 +67,9 @@ class CampaignResult:
     #: seconds from the drain's end until the verdict (workers stopped, state read, checked)
     check_time: float = 0.0
     started_at: float = 0.0
-    workers_left: list[int] = field(default_factory=list)
+    #: Worker processes alive after the fleet stopped: pids here, ``"<host> pid <n>"``
+    #: on a remote fleet's hosts.
+    workers_left: list[int | str] = field(default_factory=list)
     #: Where the workers ran when not on this machine: per host its name, SSH URL and
     #: measured clock offset and uncertainty (s) against the runner's.
     hosts: list[dict[str, object]] = field(default_factory=list)

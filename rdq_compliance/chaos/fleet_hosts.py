@@ -10,7 +10,7 @@ workers run on, reached over SSH::
     env = { PYTHONPATH = "/opt/rdq/src" }    # set for every worker (optional)
     faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # every host's default
 
-    [[fleet.hosts]]
+    [[fleet.hosts]]                          # or: hosts = ["ssh://rdq@10.0.0.11", ...]
     url = "ssh://rdq@10.0.0.11:22"
     name = "node1"                           # its lanes' name (default: the address)
     server_address = "10.0.0.5"              # the server's address as this host sees it
@@ -149,8 +149,10 @@ def _host(
     entry: object, index: int, source: str, python: str | None, faketime: str | None
 ) -> Host:
     where = f"{source}: fleet.hosts[{index}]"
+    if isinstance(entry, str):  # hosts = ["ssh://user@host:port", ...]
+        entry = {"url": entry}
     if not isinstance(entry, dict):
-        raise FleetConfigError(f"{where} must be a table with a url")
+        raise FleetConfigError(f"{where} must be an ssh:// url or a table with a url")
     unknown = sorted(set(entry) - set(HOST_KEYS))
     if unknown:
         raise FleetConfigError(f"{where}: unknown key(s) {unknown}; known: {list(HOST_KEYS)}")

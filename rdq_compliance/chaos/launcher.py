@@ -136,6 +136,11 @@ class Launcher(Protocol):
         """Bring every journal and log to this machine (after the workers stopped)."""
         ...
 
+    def leftovers(self) -> list[str]:
+        """Worker processes still alive on other hosts after the fleet stopped
+        (``"<host> pid <n>"``); this machine's are :meth:`WorkerHandle.local_pids`."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -265,6 +270,9 @@ class LocalLauncher:
 
     def collect(self) -> None:
         return None
+
+    def leftovers(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         return None

@@ -340,7 +340,7 @@ def run_campaign(
         raise
     try:
         fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
-        result.workers_left = fleet.pids()
+        result.workers_left = [*fleet.pids(), *fleet.launcher.leftovers()]
         if remote is not None:
             counters.notes.extend(remote.launcher.gaps)
         report_progress("check", force=True)

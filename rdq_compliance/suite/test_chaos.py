@@ -12,13 +12,15 @@ claim, invariant H, no execution unaccounted for, fencing.
 The scenario is the built-in one the provisioned server names (``Server.chaos_scenario``:
 ``standard``, or ``compact`` — every fault kind on a smaller workload — for a server too
 slow to drain the standard one); ``--rdq-chaos-scenario`` picks another (a file, or a
-built-in name such as ``soak``); ``--rdq-chaos-seed`` replays a run. The report folder
+built-in name such as ``soak``); ``--rdq-chaos-seed`` replays a run;
+``--rdq-chaos-fleet hosts.toml`` runs its workers on other hosts over SSH. The report folder
 of the run is kept in pytest's temporary directory and printed on failure.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -45,8 +47,16 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
     # user_properties, not record_property (which warns under JUnit's default xunit2 family;
     # the properties are written all the same)
     request.node.user_properties.append((run_summary.PROP_CHAOS_REPORT, str(outdir)))
+    fleet = pytestconfig.getoption("rdq_chaos_fleet")
+    fleet_hosts = None
+    if fleet:  # checked by the plugin before any test (a usage error)
+        from rdq_compliance.chaos.fleet_hosts import load_fleet
+
+        fleet_hosts = load_fleet(Path(fleet))
     try:
-        result = run_campaign(scenario, session=rdq_session, outdir=outdir)
+        result = run_campaign(
+            scenario, session=rdq_session, outdir=outdir, fleet_hosts=fleet_hosts
+        )
     except Exception as exc:
         rule = getattr(exc, "rule", None)
         text = f"the campaign stopped: {type(exc).__name__}: {exc}; report folder: {outdir}"

@@ -263,6 +263,51 @@ def test_journal_times_move_onto_the_runners_clock():
     assert shift_line(b'{"t": 1, "op"\n', 0.5) == b'{"t": 1, "op"\n'  # torn: kept as is
 
 
+def test_hosts_may_be_given_as_urls_alone(tmp_path):
+    fleet = _fleet(tmp_path, hosts=["ssh://rdq@10.0.0.1", "ssh://10.0.0.2:2200"])
+    assert [(h.name, h.user, h.port) for h in fleet.hosts] == [
+        ("10.0.0.1", "rdq", 22), ("10.0.0.2", None, 2200)
+    ]
+
+
+def test_the_plugin_refuses_a_bad_hosts_file_before_any_test(tmp_path):
+    bad = tmp_path / "hosts.toml"
+    (tmp_path / "known_hosts").write_text("")
+    bad.write_text('[fleet]\npython = "/p"\nknown_hosts = "known_hosts"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite", "-m", "chaos",
+         "--rdq-backend=sqlite", f"--rdq-chaos-fleet={bad}", "-p", "no:cacheprovider"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"rdq: --rdq-chaos-fleet: {bad}: no hosts: add [[fleet.hosts]]" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_chaos_suite_runs_its_workers_on_the_hosts_of_rdq_chaos_fleet(redis_session, tmp_path):
+    """The pytest path (``-m chaos --rdq-chaos-fleet``): the header names the hosts, the
+    campaign's workers were placed on them, and it passes."""
+    smoke = ROOT / "tests" / "chaos" / "smoke.toml"
+    with remote_fleet(redis_session, tmp_path / "hosts", count=2) as (hosts, fleet):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite", "-m", "chaos",
+             "--rdq-backend=redis", f"--rdq-dsn={redis_session.server.dsn}",
+             f"--rdq-chaos-scenario={smoke}", f"--rdq-chaos-fleet={fleet.source}",
+             f"--basetemp={tmp_path / 'run'}", "-p", "no:cacheprovider", "-p", "no:randomly"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+            env={**os.environ, "PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH"))},
+        )  # fmt: skip
+        left = _wait_no_workers(hosts, 10.0)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "rdq: the chaos suite's workers run over SSH on: h0 (ssh://root@" in out, out[:2000]
+    journals = list((tmp_path / "run").rglob("harness.jsonl"))
+    assert len(journals) == 1, journals
+    placed = _placed(list(read_journal(journals[0])))
+    assert set(placed.values()) == {"h0", "h1"}, placed
+    assert left == {}, left
+
+
 # ---- unusable hosts ---------------------------------------------------------------------------
 
 
@@ -300,6 +345,58 @@ def test_an_unknown_host_key_a_missing_kit_and_a_dead_address_are_clear_errors(
             SshLauncher(gone, **kwargs)
         assert time.monotonic() - t0 < 40
     assert ssh_hosts.namespaces(os.getpid()) == []
+
+
+def test_the_launchers_verbs_reach_the_worker_process_on_its_host(redis_session, tmp_path):
+    """start, SIGSTOP / SIGCONT, arm, SIGKILL, leftovers and close, one by one, on one
+    host: each is seen on the real process (the hosts share this machine's kernel, so
+    psutil sees the worker's state)."""
+    from rdq_compliance.chaos.launcher import WorkerStart
+    from rdq_compliance.chaos.runner import worker_template
+    from tests.chaos._chaos_support import SMOKE
+
+    spec = redis_session.create_namespace()
+    config = worker_template(load_scenario(SMOKE), spec)
+    with remote_fleet(redis_session, tmp_path / "hosts", count=1) as (_, fleet):
+        address = redis_session.server.network_address()
+        launcher = SshLauncher(
+            fleet,
+            history_dir=tmp_path / "history",
+            log_dir=tmp_path / "logs",
+            dsn_for=lambda h: redis_session.server.dsn_via(h.server_address, address[1]),
+            slots=1,
+        )
+        try:
+            (clock,) = launcher.clocks()
+            assert clock.host == "h0" and clock.samples == 16 and clock.uncertainty < 0.05
+            w = launcher.start(WorkerStart("w0", 0, replace(config, proc="w0"), None))
+            proc = psutil.Process(w.pid)  # one kernel: the host's pid is this machine's
+            assert "worker_main" in " ".join(proc.cmdline()) and w.running
+            assert launcher.leftovers() == [f"h0 pid {w.pid}"]
+            w.signal(signal.SIGSTOP)
+            _until(lambda: proc.status() == psutil.STATUS_STOPPED, "SIGSTOP")
+            w.signal(signal.SIGCONT)
+            _until(lambda: proc.status() != psutil.STATUS_STOPPED, "SIGCONT")
+            launcher.arm("w0", "after_claim")
+            point = Path(json.loads(proc.cmdline()[-1])["control"])
+            assert point.read_text() == "after_claim\n"
+            w.signal(signal.SIGKILL)
+            assert w.wait(10) == -signal.SIGKILL and not w.running
+            assert launcher.leftovers() == []
+            w.release()
+            launcher.collect()
+            assert launcher.journal_path("w0").exists() and (tmp_path / "logs" / "w0.log").exists()
+        finally:
+            launcher.close()
+        assert not point.parent.exists(), "the host's campaign folder was not removed"
+    redis_session.drop_namespace(spec)
+
+
+def _until(predicate, what: str, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 # ---- campaigns --------------------------------------------------------------------------------
@@ -465,13 +562,32 @@ run_campaign(load_scenario(sys.argv[1]), session=session, outdir=out / "run",
 """
 
 
-def test_a_sigkilled_runner_leaves_no_worker_and_no_ssh_session_on_any_host(
-    redis_session, tmp_path
+def _cut_tables(hosts: ssh_hosts.SshHosts) -> list[str]:
+    """The hosts on which a partition's nftables table is in place right now."""
+    from rdq_compliance.chaos.ssh_launcher import CUT_TABLE
+
+    return [
+        h.name
+        for h in hosts.hosts
+        if subprocess.run(
+            ["ip", "netns", "exec", h.namespace, "nft", "list", "table", "inet", CUT_TABLE],
+            capture_output=True, check=False,
+        ).returncode == 0
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", ["standard", "partition"])
+def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_host(
+    redis_session, tmp_path, scenario
 ):
+    """SIGKILLed mid-campaign (``partition``: while a host is cut off), the runner leaves
+    nothing running on the hosts and no host cut off: every watchdog and every cut's
+    helper reads end of file when sshd closes its channel."""
+    path = STANDARD if scenario == "standard" else ROOT / "chaos" / "partition.toml"
     with remote_fleet(redis_session, tmp_path / "hosts") as (hosts, fleet):
         runner = subprocess.Popen(
             [
-                sys.executable, "-c", _RUNNER, str(STANDARD), str(tmp_path),
+                sys.executable, "-c", _RUNNER, str(path), str(tmp_path),
                 redis_session.server.dsn, fleet.source,
             ],
             env={**os.environ, "PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH"))},
@@ -479,29 +595,43 @@ def test_a_sigkilled_runner_leaves_no_worker_and_no_ssh_session_on_any_host(
             stdout=subprocess.DEVNULL,
             stderr=(tmp_path / "runner.err").open("w"),
         )
+
         def working() -> dict[str, int]:
             return {
                 k: sum("worker_main" in p for p in v) for k, v in _host_processes(hosts).items()
             }
 
+        def ready() -> bool:
+            return all(working().values()) and (scenario == "standard" or bool(_cut_tables(hosts)))
+
         try:
             end = time.monotonic() + 60
-            while not all(working().values()):
+            while not ready():
                 assert runner.poll() is None, (tmp_path / "runner.err").read_text()[-2000:]
                 if time.monotonic() > end:
-                    pytest.fail(f"the workers never ran on every host: {_host_processes(hosts)}")
-                time.sleep(0.2)
-            time.sleep(2.0)  # mid-campaign: claims held, faults under way
-            before = working()
+                    pytest.fail(f"no moment to kill: {_host_processes(hosts)}")
+                time.sleep(0.1)
+            if scenario == "standard":
+                time.sleep(2.0)  # mid-campaign: claims held, faults under way
+            before, cut = working(), _cut_tables(hosts)
             runner.send_signal(signal.SIGKILL)
             runner.wait(10)
             left = _wait_no_workers(hosts, 15.0)
+            end = time.monotonic() + 15
+            while _cut_tables(hosts) and time.monotonic() < end:
+                time.sleep(0.2)
+            cut_after = _cut_tables(hosts)
         finally:
             if runner.poll() is None:
                 runner.kill()
                 runner.wait()
-        assert sum(before.values()) >= 6, before  # the standard fleet's 8, less any respawning
+        assert sum(before.values()) >= 4, before  # the fleet, less any worker respawning
         assert left == {}, f"left on the hosts after the runner was SIGKILLed: {left}"
+        assert scenario == "standard" or cut, "no host was cut off when the runner died"
+        assert cut_after == [], (
+            f"hosts still cut off after the runner was SIGKILLed: {cut_after} (cut when it "
+            f"died: {cut}); on the hosts: {_host_processes(hosts)}"
+        )
     assert ssh_hosts.namespaces(os.getpid()) == []
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"{ssh_hosts.LINK_PREFIX}{os.getpid()}" not in links
