@@ -10,8 +10,10 @@ PID 1 on the host and its descendants; with the host network they share the host
 sockets). It prints how many snapshots and sockets it saw, every non-loopback peer
 found, and exits 1 if there was one (else the command's exit code).
 
-``--allow-kit-veths`` also accepts peers in the kit's own veth range (``10.199.0.0/16``,
-:mod:`rdq_compliance.provision.netns`) and then also watches inside the network
+``--allow-kit-veths`` also accepts peers in the kit's own veth ranges (``10.199.0.0/16``,
+:mod:`rdq_compliance.provision.netns`; ``10.198.0.0/16``, the SSH test hosts of
+:mod:`rdq_compliance.provision.ssh_hosts`, whose sshd and the workers it starts are in
+the run's process tree) and then also watches inside the network
 namespaces of watched processes (a partition campaign's workers run in their own: their
 sockets are read from ``/proc/<tid>/net/tcp*`` of one thread per namespace — the
 runner's harness thread enters one too — as ``psutil`` sees only the watcher's).
@@ -38,14 +40,15 @@ def _loopback(address: str) -> bool:
     return bool((mapped or ip).is_loopback)
 
 
-KIT_VETHS = ipaddress.ip_network("10.199.0.0/16")
+KIT_VETHS = (ipaddress.ip_network("10.199.0.0/16"), ipaddress.ip_network("10.198.0.0/16"))
 
 
 def _in_kit_veths(address: str) -> bool:
     try:
-        return ipaddress.ip_address(address) in KIT_VETHS
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return False
+    return any(ip in net for net in KIT_VETHS)
 
 
 def _hex_ip(text: str) -> str:
