@@ -41,6 +41,7 @@ move to the hosts still connected. Only when no host is left does :meth:`start` 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import importlib.metadata
 import json
@@ -105,9 +106,9 @@ class _Loop:
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
-        except TimeoutError:
+        except concurrent.futures.TimeoutError:  # TimeoutError itself from Python 3.11 on
             future.cancel()
-            raise
+            raise TimeoutError(f"no answer within {timeout} s") from None
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -384,8 +385,21 @@ class SshLauncher:
             return self.links[slot % len(self.links)].host.name
 
     def start(self, start: WorkerStart) -> SshWorker:
-        link = self._link_for(start.slot)
-        return self._loop.call(self._start(link, start), CONNECT_TIMEOUT_S * 2)
+        """Start ``start`` on its slot's host, or on another one if that host is lost,
+        even while the worker is being started there (a lost host is no crash)."""
+        while True:
+            link = self._link_for(start.slot)  # FleetError once every host is lost
+            try:
+                return self._loop.call(self._start(link, start), CONNECT_TIMEOUT_S * 2)
+            except FleetError:
+                raise
+            except (asyncssh.Error, OSError, TimeoutError, EOFError) as exc:
+                if not link.conn.is_closed():
+                    raise FleetError(
+                        f"host {link.host.name}: starting {start.name} failed: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from None
+                self._lose(link)  # journalled through lost_hosts(); the next host is tried
 
     async def _start(self, link: _Link, start: WorkerStart) -> SshWorker:
         host = link.host

@@ -392,6 +392,39 @@ def test_the_launchers_verbs_reach_the_worker_process_on_its_host(redis_session,
     redis_session.drop_namespace(spec)
 
 
+def test_a_host_that_drops_while_a_worker_starts_there_sends_it_to_another(
+    redis_session, tmp_path
+):
+    from rdq_compliance.chaos.launcher import WorkerStart
+    from rdq_compliance.chaos.runner import worker_template
+    from tests.chaos._chaos_support import SMOKE
+
+    spec = redis_session.create_namespace()
+    config = worker_template(load_scenario(SMOKE), spec)
+    with remote_fleet(redis_session, tmp_path / "hosts", count=2) as (hosts, fleet):
+        address = redis_session.server.network_address()
+        launcher = SshLauncher(
+            fleet,
+            history_dir=tmp_path / "history",
+            log_dir=tmp_path / "logs",
+            dsn_for=lambda h: redis_session.server.dsn_via(h.server_address, address[1]),
+            slots=2,
+        )
+        try:
+            down = ["ip", "netns", "exec", hosts.hosts[1].namespace, "ip", "link", "set",
+                    ssh_hosts.HOST_LINK, "down"]  # fmt: skip
+            subprocess.run(down, check=True)
+            assert launcher.host_of(1) == "h1"  # not known lost yet
+            w = launcher.start(WorkerStart("w1", 1, replace(config, proc="w1"), None))
+            assert w.host == "h0" and launcher.host_of(1) == "h0"
+            assert launcher.lost_hosts() == ["h1"] and launcher.lost_hosts() == []
+            w.signal(signal.SIGKILL)
+            assert w.wait(10) == -signal.SIGKILL
+        finally:
+            launcher.close()
+    redis_session.drop_namespace(spec)
+
+
 def _until(predicate, what: str, timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
     while not predicate():
@@ -643,9 +676,16 @@ def test_a_host_lost_mid_campaign_is_a_fault_and_its_slots_move(redis_session, t
     with remote_fleet(redis_session, tmp_path / "hosts") as (hosts, fleet):
         doomed = hosts.hosts[1]
 
+        harness = tmp_path / "run" / "history" / "harness.jsonl"
+
         def drop_host() -> None:  # down for 10 s: past the keepalives (3 s) and sshd's (6 s)
             link = ["ip", "netns", "exec", doomed.namespace, "ip", "link", "set"]
-            time.sleep(8.0)
+            end = time.monotonic() + 120
+            while time.monotonic() < end:  # the whole fleet up, then 3 s into the faults
+                if harness.exists() and len(_placed(list(read_journal(harness)))) >= 8:
+                    break
+                time.sleep(0.2)
+            time.sleep(3.0)
             subprocess.run([*link, ssh_hosts.HOST_LINK, "down"], check=True)
             time.sleep(10.0)
             subprocess.run([*link, ssh_hosts.HOST_LINK, "up"], check=True)
