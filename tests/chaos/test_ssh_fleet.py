@@ -671,8 +671,13 @@ def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_ho
 
 
 def test_a_host_lost_mid_campaign_is_a_fault_and_its_slots_move(redis_session, tmp_path):
-    scenario = load_scenario(STANDARD)
-    scenario = replace(scenario, faults=scenario.faults.replace(server_restarts=0))
+    standard = load_scenario(STANDARD)  # its fleet and faults, on half its window
+    scenario = replace(
+        standard,
+        duration=22.0,
+        workload=replace(standard.workload, tasks=1000, spread=20.0),
+        faults=standard.faults.replace(server_restarts=0),
+    )
     with remote_fleet(redis_session, tmp_path / "hosts") as (hosts, fleet):
         doomed = hosts.hosts[1]
 
