@@ -17,9 +17,10 @@ workers run on, reached over SSH::
     faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # for clock skew
 
 The kit installs nothing on a host: ``python`` must be an interpreter (a venv) on that
-host that has this kit and the backend's driver installed, at the same version as the
-runner's (the launcher checks). A host's known-hosts entry is required: there is no
-setting that turns host-key checking off.
+host that has this kit and the backend's driver installed, the same build as the
+runner's (the launcher checks the version and a digest of the kit's source files). A
+host's known-hosts entry is required: there is no setting that turns host-key checking
+off.
 """
 
 from __future__ import annotations

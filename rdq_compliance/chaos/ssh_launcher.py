@@ -43,11 +43,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import importlib.metadata
+import functools
 import json
 import os
 import shlex
 import signal as signals
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -73,12 +75,26 @@ CONNECT_TIMEOUT_S = 15.0
 KEEPALIVE_S = 1.0
 KEEPALIVE_MISSES = 3
 
-_PROBE = (
-    "import json, os, sys, importlib.metadata as m, rdq_compliance.provision as p; "
-    "print(json.dumps({'version': m.version('rdq'), "
-    "'watchdog': os.path.join(os.path.dirname(p.__file__), '_watchdog.py'), "
-    "'python': sys.executable}))"
-)
+#: What a host's interpreter says of its kit: the version, a digest of the kit's and the
+#: core's source files (the same version can hold other code: a checkout), the watchdog's
+#: path. The runner runs the same probe with its own interpreter and compares.
+_PROBE = r"""
+import hashlib, importlib.metadata as m, json, os, sys
+import rdq_compliance, rdq_compliance.provision as p, rdq_core
+digest = hashlib.sha256()
+for package in (rdq_compliance, rdq_core):
+    root = os.path.dirname(package.__file__)
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(f for f in files if f.endswith((".py", ".md", ".toml"))):
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as fh:
+                digest.update(fh.read())
+print(json.dumps({"version": m.version("rdq"), "digest": digest.hexdigest()[:16],
+                  "watchdog": os.path.join(os.path.dirname(p.__file__), "_watchdog.py"),
+                  "python": sys.executable}))
+"""
 _CLOCK = (
     "import sys, time\n"
     "for line in sys.stdin:\n"
@@ -86,8 +102,13 @@ _CLOCK = (
 )
 
 
-def _kit_version() -> str:
-    return importlib.metadata.version("rdq")
+@functools.cache
+def _runner_kit() -> dict[str, str]:
+    """The probe's answer for the runner's own interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, timeout=60
+    )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 class FleetError(RuntimeError):
@@ -327,10 +348,18 @@ class SshLauncher:
                     "in that venv on the host, or point fleet.python at one that has it"
                 )
             facts = json.loads(str(probe.stdout).strip().splitlines()[-1])
-            if facts["version"] != _kit_version():
+            ours = _runner_kit()
+            if facts["version"] != ours["version"]:
                 raise FleetError(
                     f"{where}: its kit is version {facts['version']}, the runner's is "
-                    f"{_kit_version()}: install the same version on every host"
+                    f"{ours['version']}: install the same version on every host"
+                )
+            if facts["digest"] != ours["digest"]:
+                raise FleetError(
+                    f"{where}: its kit ({facts['python']}) is version {facts['version']} "
+                    f"like the runner's, but its code differs (source digest "
+                    f"{facts['digest']}, the runner's {ours['digest']}): install the same "
+                    "build on every host (a checkout's edits, or another commit)"
                 )
             if workdir is None:
                 made = await conn.run("mktemp -d /tmp/rdq-fleet-XXXXXXXX", check=True, timeout=30)

@@ -321,7 +321,7 @@ def redis_session(tmp_path_factory) -> Iterator[Session]:
 
 
 def test_an_unknown_host_key_a_missing_kit_and_a_dead_address_are_clear_errors(
-    redis_session, tmp_path
+    redis_session, tmp_path, monkeypatch
 ):
     with remote_fleet(redis_session, tmp_path / "hosts", count=1) as (hosts, fleet):
         kwargs = dict(
@@ -338,6 +338,19 @@ def test_an_unknown_host_key_a_missing_kit_and_a_dead_address_are_clear_errors(
         no_kit = replace(fleet, hosts=(replace(fleet.hosts[0], python="/usr/bin/python3"),))
         with pytest.raises(FleetError, match="cannot import this kit there"):
             SshLauncher(no_kit, **kwargs)
+
+        from rdq_compliance.chaos import ssh_launcher
+
+        ours = ssh_launcher._runner_kit()
+        assert ours["version"] and len(ours["digest"]) == 16
+        other = {**ours, "digest": "0" * 16}  # the runner's code edited since: same version
+        monkeypatch.setattr(ssh_launcher, "_runner_kit", lambda: other)
+        with pytest.raises(FleetError, match="like the runner's, but its code differs"):
+            SshLauncher(fleet, **kwargs)
+        monkeypatch.setattr(ssh_launcher, "_runner_kit", lambda: {**ours, "version": "9.9"})
+        with pytest.raises(FleetError, match=r"its kit is version \S+, the runner's is 9\.9"):
+            SshLauncher(fleet, **kwargs)
+        monkeypatch.undo()
 
         gone = replace(fleet, hosts=(replace(fleet.hosts[0], address="10.198.255.254"),))
         t0 = time.monotonic()
