@@ -46,6 +46,7 @@ import ctypes
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -92,41 +93,50 @@ def netem_unavailable() -> str | None:
         return "tc (iproute2) is not installed"
     probe = f"{PREFIX}-{os.getpid()}-netem"
     try:
-        _run(["ip", "netns", "add", probe])
+        run(["ip", "netns", "add", probe])
         try:
-            _run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem"])
+            run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem"])
         finally:
-            _run(["ip", "netns", "delete", probe], check=False)
+            run(["ip", "netns", "delete", probe], check=False)
     except NetnsError as exc:
         return f"tc netem does not work on this kernel ({exc})"
     return None
 
 
-def _run(argv: Sequence[str], *, check: bool = True, stdin: str | None = None) -> str:
+def run(argv: Sequence[str], *, check: bool = True, stdin: str | None = None) -> str:
+    """``argv``'s output; with ``check``, a :class:`NetnsError` naming it if it failed."""
     proc = subprocess.run(list(argv), capture_output=True, text=True, input=stdin, check=False)
     if check and proc.returncode != 0:
         raise NetnsError(f"`{' '.join(argv)}` failed: {proc.stderr.strip() or proc.returncode}")
     return proc.stdout
 
 
-def namespaces(owner: int | None = None) -> list[str]:
-    """The kit's namespaces that exist now (of ``owner`` only, if given)."""
-    out = _run(["ip", "netns", "list"], check=False)
+
+def namespaces(owner: int | None = None, pattern: re.Pattern[str] = _NAME_RE) -> list[str]:
+    """The namespaces named by ``pattern`` (its group 1: the owner's pid) that exist now,
+    of ``owner`` only if given; by default the partitions' (``rdq-<pid>-...``)."""
+    out = run(["ip", "netns", "list"], check=False)
     names = [line.split()[0] for line in out.splitlines() if line.strip()]
     return [
-        n for n in names if (m := _NAME_RE.match(n)) and (owner is None or int(m.group(1)) == owner)
+        n for n in names if (m := pattern.match(n)) and (owner is None or int(m.group(1)) == owner)
     ]
 
 
-def sweep_stale() -> list[str]:
-    """Delete the kit's namespaces whose owner process is gone; the names deleted."""
+def sweep_stale(pattern: re.Pattern[str] = _NAME_RE) -> list[str]:
+    """Delete the namespaces named by ``pattern`` whose owner process is gone, SIGKILLing
+    first whatever still runs in them (a process whose own watchdog died too); the names
+    deleted."""
     gone = []
-    for name in namespaces():
-        m = _NAME_RE.match(name)
+    for name in namespaces(pattern=pattern):
+        m = pattern.match(name)
         assert m is not None
-        if not Path(f"/proc/{m.group(1)}").exists():
-            _run(["ip", "netns", "delete", name], check=False)
-            gone.append(name)
+        if Path(f"/proc/{m.group(1)}").exists():
+            continue
+        for pid in run(["ip", "netns", "pids", name], check=False).split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        run(["ip", "netns", "delete", name], check=False)
+        gone.append(name)
     return gone
 
 
@@ -317,25 +327,25 @@ class Topology:
         return self
 
     def _build(self) -> None:
-        _run(["ip", "netns", "add", self.router])
-        _run(["ip", "-n", self.router, "link", "set", "lo", "up"])
+        run(["ip", "netns", "add", self.router])
+        run(["ip", "-n", self.router, "link", "set", "lo", "up"])
         for s in (*self.slots, self.harness):
             worker_link = f"{PREFIX}{self.owner}w{s.index}"
-            _run(["ip", "netns", "add", s.namespace])
-            _run(["ip", "-n", s.namespace, "link", "set", "lo", "up"])
-            _run(
+            run(["ip", "netns", "add", s.namespace])
+            run(["ip", "-n", s.namespace, "link", "set", "lo", "up"])
+            run(
                 ["ip", "link", "add", worker_link, "netns", s.namespace, "type", "veth",
                  "peer", "name", s.link, "netns", self.router]
             )  # fmt: skip
-            _run(["ip", "-n", self.router, "addr", "add", f"{s.host}/30", "dev", s.link])
-            _run(
+            run(["ip", "-n", self.router, "addr", "add", f"{s.host}/30", "dev", s.link])
+            run(
                 ["ip", "-n", s.namespace, "addr", "add", f"{NETWORK}.{s.index}.2/30",
                  "dev", worker_link]
             )  # fmt: skip
-            _run(["ip", "-n", self.router, "link", "set", s.link, "up"])
-            _run(["ip", "-n", s.namespace, "link", "set", worker_link, "up"])
+            run(["ip", "-n", self.router, "link", "set", s.link, "up"])
+            run(["ip", "-n", s.namespace, "link", "set", worker_link, "up"])
         lose = f"numgen random mod 100 < {self.loss_percent} drop"
-        _run(
+        run(
             ["ip", "netns", "exec", self.router, "nft", "-f", "-"],
             stdin=(
                 "table inet rdq {\n"
@@ -393,7 +403,7 @@ class Topology:
         if not slots:
             return
         names = ", ".join(f'"{self.slots[s].link}"' for s in slots)
-        _run(
+        run(
             ["ip", "netns", "exec", self.router, "nft", verb, "element", "inet", "rdq",
              table_set, f"{{ {names} }}"]
         )  # fmt: skip
@@ -405,7 +415,7 @@ class Topology:
         self._forwarders.clear()
         for name in [self.router, *(s.namespace for s in (*self.slots, self.harness))]:
             if Path(f"/run/netns/{name}").exists():
-                _run(["ip", "netns", "delete", name], check=False)
+                run(["ip", "netns", "delete", name], check=False)
         if self._reaper is not None:
             self._reaper.release()
             self._reaper = None

@@ -89,7 +89,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -100,6 +99,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import NoReturn
 
+from rdq_compliance.provision import netns
 from rdq_compliance.provision.forwarder import Forwarder
 from rdq_compliance.provision.netns import REAPER_SCRIPT
 from rdq_compliance.provision.process import ManagedProcess, ProcessFailed
@@ -182,10 +182,10 @@ def unavailable() -> str | None:
 
 
 def _run(argv: Sequence[str], *, check: bool = True, stdin: str | None = None) -> str:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, input=stdin, check=False)
-    if check and proc.returncode != 0:
-        raise SshHostsError(f"`{' '.join(argv)}` failed: {proc.stderr.strip() or proc.returncode}")
-    return proc.stdout
+    try:
+        return netns.run(argv, check=check, stdin=stdin)
+    except netns.NetnsError as exc:
+        raise SshHostsError(str(exc)) from None
 
 
 # ---- namespaces of owners, dead or alive -----------------------------------------------
@@ -193,32 +193,13 @@ def _run(argv: Sequence[str], *, check: bool = True, stdin: str | None = None) -
 
 def namespaces(owner: int | None = None) -> list[str]:
     """The SSH hosts' namespaces that exist now (of ``owner`` only, if given)."""
-    out = _run(["ip", "netns", "list"], check=False)
-    names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    return [
-        n for n in names if (m := _NS_RE.match(n)) and (owner is None or int(m.group(1)) == owner)
-    ]
-
-
-def _alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists()
+    return netns.namespaces(owner, _NS_RE)
 
 
 def sweep_stale() -> list[str]:
     """Delete the hosts' namespaces whose owner process is gone (SIGKILLing whatever
     still runs in them first, e.g. an sshd whose watchdog died too); the names deleted."""
-    gone = []
-    for name in namespaces():
-        m = _NS_RE.match(name)
-        assert m is not None
-        if _alive(int(m.group(1))):
-            continue
-        for pid in _run(["ip", "netns", "pids", name], check=False).split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
-        _run(["ip", "netns", "delete", name], check=False)
-        gone.append(name)
-    return gone
+    return netns.sweep_stale(_NS_RE)
 
 
 # ---- the octets (one 10.198.<o>.0/24 per host, machine-wide) ---------------------------
