@@ -173,6 +173,12 @@ class SshWorker:
     _partial: bytes = b""
     _final: bool = False  # ended, and its journal mirrored once more since
     _watcher: asyncio.Task[None] | None = None
+    #: The journal's SFTP handle, kept open while it is mirrored, and the session it
+    #: belongs to (a host connected to again has a new one).
+    _remote: asyncssh.SFTPClientFile | None = None
+    _remote_sftp: asyncssh.SFTPClient | None = None
+    #: One mirroring at a time (the mirror's loop and the final collect both mirror).
+    _mirroring: asyncio.Lock = field(default_factory=asyncio.Lock)
     released: bool = False
 
     @property
@@ -290,6 +296,7 @@ class SshLauncher:
         self.first_clocks: dict[str, ClockOffset] = {}
         self._loop = _Loop()
         self._lock = threading.Lock()
+        self._by_name: dict[str, SshWorker] = {}
         self._mirror: asyncio.Future[None] | None = None
         self._closed = False
         try:
@@ -488,6 +495,7 @@ class SshLauncher:
         worker._watcher = asyncio.ensure_future(self._watch(worker))
         with self._lock:
             link.workers.append(worker)
+            self._by_name[start.name] = worker
         return worker
 
     async def _watch(self, worker: SshWorker) -> None:
@@ -527,11 +535,7 @@ class SshLauncher:
 
     def _worker(self, name: str) -> SshWorker | None:
         with self._lock:
-            for link in self.links:
-                for w in link.workers:
-                    if w.name == name:
-                        return w
-        return None
+            return self._by_name.get(name)
 
     def journal_path(self, name: str) -> Path:
         return self.history_dir / f"{name}.jsonl"
@@ -561,11 +565,19 @@ class SshLauncher:
                     with contextlib.suppress(Exception):
                         await self._mirror_one(w)
                         w._final = ended
+                    if w._final:
+                        await self._stop_mirroring(w)
 
     async def _mirror_one(self, worker: SshWorker) -> None:
+        async with worker._mirroring:
+            await self._mirror_more(worker)
+
+    async def _mirror_more(self, worker: SshWorker) -> None:
         link = worker.link
-        async with link.sftp.open(f"{link.workdir}/{worker.name}.jsonl", "rb") as fh:
-            data = await fh.read(-1, worker._mirrored)
+        if worker._remote is None or worker._remote_sftp is not link.sftp:
+            worker._remote = await link.sftp.open(f"{link.workdir}/{worker.name}.jsonl", "rb")
+            worker._remote_sftp = link.sftp
+        data = await worker._remote.read(-1, worker._mirrored)
         if not data:
             return
         worker._mirrored += len(data)
@@ -577,6 +589,13 @@ class SshLauncher:
         lines = (shift_line(ln + b"\n", worker.offset) for ln in complete.split(b"\n"))
         with worker.local_journal.open("ab") as out:
             out.write(b"".join(lines))
+
+    @staticmethod
+    async def _stop_mirroring(worker: SshWorker) -> None:
+        if worker._remote is not None:
+            with contextlib.suppress(Exception):
+                await worker._remote.close()
+            worker._remote = worker._remote_sftp = None
 
     def collect(self) -> None:
         """The rest of every journal, every log, and each host's clock measured again.
@@ -613,6 +632,7 @@ class SshLauncher:
         for w in list(link.workers):
             with contextlib.suppress(Exception):
                 await self._mirror_one(w)
+            await self._stop_mirroring(w)
             if w._partial:  # a last line torn by a SIGKILL: kept as it is
                 with w.local_journal.open("ab") as out:
                     out.write(w._partial)
@@ -708,10 +728,7 @@ class HostNetwork:
     def span(self, slots: Sequence[int]) -> list[int]:
         """Every slot on the hosts of ``slots``: what cutting those hosts cuts."""
         hosts = {self.launcher.host_of(s) for s in slots}
-        return sorted(s for s in range(self._size(slots)) if self.launcher.host_of(s) in hosts)
-
-    def _size(self, slots: Sequence[int]) -> int:
-        return max([*slots, self.launcher.slots - 1]) + 1
+        return sorted(s for s in range(self.launcher.slots) if self.launcher.host_of(s) in hosts)
 
     def _links(self, slots: Sequence[int]) -> list[_Link]:
         names = {self.launcher.host_of(s) for s in slots}
