@@ -248,7 +248,6 @@ def test_a_hosts_file_reads_back_its_hosts(tmp_path):
     assert one.python == sys.executable
     assert (two.name, two.port, two.faketime, two.python) == ("10.0.0.2", 22, "/other/ft.so", "/p")
     assert fleet.env == (("PYTHONPATH", "/src"),)
-    assert load_fleet  # the file form is exercised by every campaign below
     with pytest.raises(FleetConfigError, match="no hosts file at"):
         load_fleet(tmp_path / "missing.toml")
     (tmp_path / "bad.toml").write_text("[fleet\n")
@@ -371,14 +370,7 @@ def test_the_launchers_verbs_reach_the_worker_process_on_its_host(redis_session,
     spec = redis_session.create_namespace()
     config = worker_template(load_scenario(SMOKE), spec)
     with remote_fleet(redis_session, tmp_path / "hosts", count=1) as (_, fleet):
-        address = redis_session.server.network_address()
-        launcher = SshLauncher(
-            fleet,
-            history_dir=tmp_path / "history",
-            log_dir=tmp_path / "logs",
-            dsn_for=lambda h: redis_session.server.dsn_via(h.server_address, address[1]),
-            slots=1,
-        )
+        launcher = _launcher(redis_session, fleet, tmp_path, slots=1)
         try:
             (clock,) = launcher.clocks()
             assert clock.host == "h0" and clock.samples == 16 and clock.uncertainty < 0.05
@@ -415,14 +407,7 @@ def test_a_host_that_drops_while_a_worker_starts_there_sends_it_to_another(
     spec = redis_session.create_namespace()
     config = worker_template(load_scenario(SMOKE), spec)
     with remote_fleet(redis_session, tmp_path / "hosts", count=2) as (hosts, fleet):
-        address = redis_session.server.network_address()
-        launcher = SshLauncher(
-            fleet,
-            history_dir=tmp_path / "history",
-            log_dir=tmp_path / "logs",
-            dsn_for=lambda h: redis_session.server.dsn_via(h.server_address, address[1]),
-            slots=2,
-        )
+        launcher = _launcher(redis_session, fleet, tmp_path, slots=2)
         try:
             down = ["ip", "netns", "exec", hosts.hosts[1].namespace, "ip", "link", "set",
                     ssh_hosts.HOST_LINK, "down"]  # fmt: skip
@@ -436,6 +421,19 @@ def test_a_host_that_drops_while_a_worker_starts_there_sends_it_to_another(
         finally:
             launcher.close()
     redis_session.drop_namespace(spec)
+
+
+def _launcher(session: Session, fleet: FleetHosts, tmp_path: Path, *, slots: int) -> SshLauncher:
+    """A launcher on ``fleet`` whose workers reach ``session``'s server through the
+    hosts' relays (as the runner builds it)."""
+    port = session.server.network_address()[1]
+    return SshLauncher(
+        fleet,
+        history_dir=tmp_path / "history",
+        log_dir=tmp_path / "logs",
+        dsn_for=lambda h: session.server.dsn_via(h.server_address or h.address, port),
+        slots=slots,
+    )
 
 
 def _until(predicate, what: str, timeout: float = 10.0) -> None:
