@@ -371,6 +371,8 @@ def listed_twice(summary):
 def shown(summary):
     if until == "f2-twice":
         return bool(set(listed_twice(summary)) & (set(summary["f2"]) - set(summary["f3"])))
+    if until == "f3-twice":
+        return bool(listed_twice(summary))
     return True
 
 
@@ -413,6 +415,9 @@ summary["attempts"] = attempts
 #: F2's race lands on most seeds, not all, when the machine is loaded: its campaign tries
 #: these in turn and stops at the first that shows it (see BENCHMARKS.md, "dramatiq F2").
 F2_SEEDS = (5, 6, 7, 8)
+#: F3's race too (a pause must catch a worker holding delayed messages): in d180347's
+#: successor's CI, seed 3 alone missed it once (2 pauses, no task listed twice).
+F3_SEEDS = (3, 4, 5, 6)
 
 REPRODUCERS = {
     "F1": "01-heartbeat-starvation.py",
@@ -502,7 +507,7 @@ def findings_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         runs[name] = Run(name, proc, out)
 
     for name, toml, dsn, until in (
-        ("campaign-F3", SCENARIO_F3, DSN, []),
+        ("campaign-F3", SCENARIO_F3, DSN, [",".join(map(str, F3_SEEDS)), "f3-twice"]),
         ("campaign-F2", SCENARIO_F2, DSN, [",".join(map(str, F2_SEEDS)), "f2-twice"]),
         ("campaign-F4", SCENARIO_F4, "-", []),  # the kit's own server: it can kill and restart it
     ):
@@ -593,10 +598,13 @@ def test_f3_a_paused_worker_promotes_delayed_messages_it_no_longer_holds(finding
     tasks that fail at once, workers paused past the lease, the kit finds the DLQ listing
     tasks twice, every one a task the adapter logged as promoted by a worker that no
     longer held it (so two copies were enqueued), none a retry (F2)."""
-    campaign = findings_runs["campaign-F3"].wait()
+    campaign = findings_runs["campaign-F3"].wait(timeout=120.0 * len(F3_SEEDS))
     summary = campaign.summary()
+    attempts = summary["attempts"]
+    print(f"F3 shown on seed {attempts[-1]['seed']}, attempt {len(attempts)} of at most "
+          f"{len(F3_SEEDS)}: {attempts}")
     twice = [v["task"] for v in _violations(summary, "dlq-complete") if _listed_twice(v)]
-    assert twice, f"the DLQ lists no task twice: {summary['counters']}"
+    assert twice, f"on none of seeds {list(F3_SEEDS)} does the DLQ list a task twice: {attempts}"
     assert set(twice) <= set(summary["f3"]) and not summary["f2"], (
         f"listed twice {twice}; stale promotions logged {summary['f3']}, F2 {summary['f2']}"
     )
