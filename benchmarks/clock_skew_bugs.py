@@ -1,4 +1,4 @@
-"""Benchmark of the clock-skew fault as a bug finder (issue 14, item 2).
+"""Benchmark of the clock-skew fault as a bug finder.
 
 For each server backend, runs the kit's proof, the server contract's clock-skew body
 (``pytest tests/server_contract/test_clock_skew.py -k <b>``):

@@ -1,4 +1,4 @@
-"""Benchmark of the remote fleet (issue 24): the standard campaign with its workers on
+"""Benchmark of the remote fleet: the standard campaign with its workers on
 this machine and on three SSH hosts, side by side, per backend.
 
 For each backend (PostgreSQL and Redis from the local binaries: private servers the kit

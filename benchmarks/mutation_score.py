@@ -1,5 +1,5 @@
 """The kit's own mutation score: how many small faults planted in a correct storage module
-the kit, run as a user runs it, catches (issue 22, item 3).
+the kit, run as a user runs it, catches.
 
 Tool: cosmic-ray (PyPI ``cosmic-ray``). It mutates the module's file *on disk*, one
 mutant at a time, and runs a shell command against it; the kit's chaos suite and its

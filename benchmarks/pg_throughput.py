@@ -103,9 +103,9 @@ RATE_GUESS = {1: 5_000.0}
 RATE_GUESS_BATCHED = 40_000.0
 #: Where the fresh claim's final query starts (replaced for pgbench, see the module doc).
 FINAL_SELECT = "\nSELECT * FROM claimed"
-#: Issue targets.
+#: The targets the throughput is held to.
 SINGLE_TARGET_RATIO = 0.70
-#: The backend (processes) at >= 90 % of the bare psycopg loop in every cell (issue 20).
+#: The backend (processes) at >= 90 % of the bare psycopg loop in every cell.
 BARE_TARGET_RATIO = 0.90
 BATCHED_TARGET_RATE = 10_000.0
 

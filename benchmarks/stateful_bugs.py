@@ -1,4 +1,4 @@
-"""Benchmark of the stateful machine as a bug finder: every SPEC §5 class, from scratch.
+"""Benchmark of the stateful machine as a bug finder: every bug class, from scratch.
 
 For each broken backend of ``tests/broken/memory.py`` that the machine hunts (the
 catalogue's, ``tests/broken/catalogue.py``; e.g. ``tests.broken.memory:limit_ignored``),
@@ -216,7 +216,8 @@ not: each seed is deterministic). Whole benchmark: {seconds / 60:.1f} min.
     tail = ""
     if program:
         tail = (
-            "\nThe original incident (§5.4: LEASE_EXPIRED numbered from `attempt_count`, so the "
+            "\nThe original incident (`numbering-from-counter`: LEASE_EXPIRED numbered from "
+            "`attempt_count`, so the "
             "reclaim of a redriven task hits `UNIQUE(task_id, attempt_no)`), found from scratch "
             "and shrunk (seed 0), as hypothesis prints it:\n\n```\n"
             + "\n".join(program)

@@ -3,18 +3,19 @@
 Each is a small pure function over values a backend returned; none knows who is asking,
 so this module imports nothing of the suite, the machine or the chaos package.
 
-**Storage-clock windows** (SPEC §2, time is the storage's clock). A timestamp a backend
-writes during a call must be a reading of the storage clock taken during that call: it
-lies within ``[t0, t1]``, the clock read just before and just after the call
-(:func:`between`), and a derived one (``lease_expires_at = claimed_at + lease``) is what
-it is derived from (:func:`close_to`). Both allow :data:`CLOCK_SLACK` either side, for
-backends that store milliseconds while their ``now()`` reads microseconds.
+**Storage-clock windows** (rule ``storage-clock``: time is the storage's clock). A
+timestamp a backend writes during a call must be a reading of the storage clock taken
+during that call: it lies within ``[t0, t1]``, the clock read just before and just after
+the call (:func:`between`), and a derived one
+(``lease_expires_at = claimed_at + lease``) is what it is derived from
+(:func:`close_to`). Both allow :data:`CLOCK_SLACK` either side, for backends that store
+milliseconds while their ``now()`` reads microseconds.
 
-**Invariant H** (SPEC §1, history): for every task, ``attempt_no`` values are unique and
-strictly increasing in insertion order, over the task's whole existence, redrives
-included, and start at 1 or above. :func:`history_problem` says what breaks it in one
-task; :func:`assert_history` fails with rule ``history-numbering`` (see
-:mod:`rdq_compliance.rules`).
+**Invariant H** (``contract.md#attempts-and-their-numbering``): for every task,
+``attempt_no`` values are unique and strictly increasing in insertion order, over the
+task's whole existence, redrives included, and start at 1 or above.
+:func:`history_problem` says what breaks it in one task; :func:`assert_history` fails
+with rule ``history-numbering`` (see :mod:`rdq_compliance.rules`).
 
 **Failure messages** name tokens by their first characters (:func:`short`) and list at
 most :data:`MAX_LISTED` problems (:func:`listed`).

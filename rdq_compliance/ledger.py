@@ -1,4 +1,5 @@
-"""The expected-failure ledger: a backend's known gaps, declared, never hidden (SPEC §6).
+"""The expected-failure ledger: a backend's known gaps, declared, never hidden
+(``contract.md#7-the-ledger``).
 
 An entry maps a **rule id** (every suite test that says it checks the rule: its docstring
 opens ``Rule <id>``) or a **test id** (a test's name ``test_x``, its name with parameters

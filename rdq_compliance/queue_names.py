@@ -1,4 +1,5 @@
-"""Queue names for the tests of queues a backend stores side by side (SPEC §5.9).
+"""Queue names for the tests of queues a backend stores side by side (rule
+``queue-isolation``).
 
 A store that shards or buckets queues keeps two queues of one bucket apart only if its
 code checks the queue there; a test that uses a queue or two lands them in different

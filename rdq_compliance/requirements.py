@@ -1,4 +1,5 @@
-"""The names the ``rdq_requires`` and ``rdq_requires_fault`` markers accept (SPEC §6).
+"""The names the ``rdq_requires`` and ``rdq_requires_fault`` markers accept
+(``contract.md#5-capabilities``).
 
 A test that needs more than a backend declares is skipped with the reason; a name the
 kit does not know is an error, never a silent skip (``rdq_requires("multi_proces")``

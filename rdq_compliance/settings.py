@@ -226,7 +226,7 @@ def _ledger_table(where: str, rootpath: Path, value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         raise InvalidArgument(
             f"{path}: {where} must be a table of id = \"reason\", e.g. "
-            f"'claim-order' = \"ties are ordered by id, not due time (issue 7)\""
+            f"'claim-order' = \"ties are ordered by id, not due time\""
         )
     out = {}
     for key, reason in value.items():

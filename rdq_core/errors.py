@@ -1,4 +1,4 @@
-"""The errors of the storage SPI (SPEC §4).
+"""The errors of the storage SPI (``contract.md#errors``).
 
 Every backend raises exactly these; a driver's own exception never escapes a
 backend call. Each message says what was wrong and, where it helps, what to do.

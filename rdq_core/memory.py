@@ -1,4 +1,4 @@
-"""The in-memory reference store: the executable spec of SPEC §1-4.
+"""The in-memory reference store: the contract's model and SPI in executable form.
 
 Thread-safe (one lock around every operation, so each is atomic), in-process only.
 Its clock is injectable so a model can be driven without sleeping. Every other
@@ -9,7 +9,7 @@ of the reference (the "back door" of a reference model; each answer is a snapsho
 never a live view): :meth:`~MemoryStore.task_ids`, :meth:`~MemoryStore.claimable`,
 :meth:`~MemoryStore.dead_at` and :meth:`~MemoryStore.selected_ids`; and it offers one
 write the SPI does not, :meth:`~MemoryStore.claim_ids`: claim exactly these tasks, when
-the SPEC leaves the choice among tied due tasks open.
+the contract leaves the choice among tied due tasks open.
 """
 
 from __future__ import annotations
@@ -421,7 +421,7 @@ class MemoryStore(Storage):
         attempt for each reclaim).
 
         Not part of the SPI: for a model that must follow a backend's choice where the
-        SPEC leaves it open (tasks tied on due time). Every id must be claimable now
+        contract leaves it open (tasks tied on due time). Every id must be claimable now
         (:meth:`claimable`); if one is not, or an id repeats, it raises
         ``InvalidArgument`` and changes nothing.
         """

@@ -1,4 +1,4 @@
-"""The storage SPI of SPEC §4, as an abstract base class.
+"""The storage SPI (``contract.md#3-the-spi``), as an abstract base class.
 
 A backend subclasses :class:`Storage` and implements the ``_``-prefixed hooks.
 The public methods validate every argument first (so bad input never reaches a

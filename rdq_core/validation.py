@@ -193,7 +193,7 @@ def failure_outcome(value: object) -> Outcome:
 
 
 def selector(value: object) -> ByIds | DlqFilter:
-    """A ``ByIds``, a ``DlqFilter``, or a plain list/tuple of ids (SPEC §4)."""
+    """A ``ByIds``, a ``DlqFilter``, or a plain list/tuple of ids (``contract.md#conventions``)."""
     if isinstance(value, (list, tuple)):
         value = ByIds(value)
     if isinstance(value, ByIds):

@@ -1,6 +1,6 @@
 """The worker loop: claim due tasks, run their handlers, keep their leases, report.
 
-Rules this module keeps (SPEC §2-3):
+Rules this module keeps (``contract.md#2-the-model``, and the one rule):
 
 - **Claim** at most ``min(batch, free handler slots)`` tasks per poll. A poll that finds
   nothing sleeps ``poll_interval``, doubling up to ``max_poll_interval``. A poll that

@@ -1,4 +1,4 @@
-"""Helpers for the clock-skew tests (issue 14, item 2): libfaketime or a skip (a failure
+"""Helpers for the clock-skew tests: libfaketime or a skip (a failure
 under ``CI=true``), the ``clock`` scenario with or without its skew, one campaign on a
 fresh session with its figures recorded (``benchmarks/clock_skew_bugs.py`` tabulates
 them), and what "caught by the skew" means for a broken variant."""

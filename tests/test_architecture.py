@@ -1,5 +1,7 @@
-"""The house rules of DESIGN.md, read from the source (every ``import`` statement, at
-module level or inside a function, ``TYPE_CHECKING`` blocks included):
+"""The house rules of the code's layout: small modules with one job, each package
+depending only on what it must. This test states them here and reads them from the
+source (every ``import`` statement, at module level or inside a function,
+``TYPE_CHECKING`` blocks included):
 
 - ``rdq_core`` imports nothing outside itself and the standard library;
 - a backend's storage half (its ``Storage`` class and everything that module needs) is

@@ -1,4 +1,4 @@
-"""``docs/contract.md`` keeps up with the code (issue 23, item 1): its rules table lists
+"""``docs/contract.md`` keeps up with the code: its rules table lists
 exactly the rule ids of :data:`rdq_compliance.rules.RULES`, and its SPI section documents
 every public method of :class:`rdq_core.spi.Storage` with the code's parameters; it is
 the file the package installs (:data:`rdq_compliance.rules.CONTRACT`), and the wheel

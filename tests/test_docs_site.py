@@ -1,4 +1,4 @@
-"""The docs site (issue 23, item 2): ``mkdocs build --strict`` builds it offline, its
+"""The docs site: ``mkdocs build --strict`` builds it offline, its
 reference pages are generated from the code, and the built home and chaos pages render
 in headless Chromium with their headings and the timeline screenshot.
 

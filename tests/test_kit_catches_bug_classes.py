@@ -1,4 +1,5 @@
-"""The kit's proof that its conformance suite fails broken backends (SPEC §5).
+"""The kit's proof that its conformance suite fails broken backends
+(``contract.md#8-bug-classes``).
 
 For every deliberately broken backend in :mod:`tests.broken.memory` the suite is run
 against it (its cases, and the tests that must catch each, are the catalogue's:

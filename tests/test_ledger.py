@@ -1,4 +1,4 @@
-"""The expected-failure ledger (issue 13, item 5): a backend's known gaps, declared in code
+"""The expected-failure ledger: a backend's known gaps, declared in code
 (``Backend.expected_failures``) or in ``[tool.rdq.expected-failures]``, run and are
 reported as expected failures with the reason; a covered test that passes, or that fails
 under another rule than its entry's, fails the run; an unknown id is a usage error that
@@ -128,7 +128,7 @@ def test_a_rule_entry_turns_a_known_failure_into_a_reported_expected_failure(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyprojecttoml(
-        '[tool.rdq.expected-failures]\n"claim-limit" = "ignores the limit (issue 99)"\n'
+        '[tool.rdq.expected-failures]\n"claim-limit" = "ignores the limit (tracked upstream)"\n'
     )
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", LIMIT_IGNORED, "-k", EXACT, "-rx"
@@ -137,7 +137,7 @@ def test_a_rule_entry_turns_a_known_failure_into_a_reported_expected_failure(
     assert result.ret == 0
     summary = _summary(result)
     assert "expected failures (ledger): 1" in summary
-    assert f"test_claim.py::{EXACT}: ignores the limit (issue 99) [claim-limit]" in summary
+    assert f"test_claim.py::{EXACT}: ignores the limit (tracked upstream) [claim-limit]" in summary
     assert "violations by rule: none" in summary
     # without the entry, the same test fails
     pytester.makepyprojecttoml("")
@@ -167,7 +167,7 @@ def test_a_rule_entry_lets_its_other_tests_pass_and_fails_once_none_fails(
     """A rule entry is strict as a whole: tests of the rule that the gap does not touch
     may pass (XPASS, not a failure) while one still fails; once none fails, the entry is
     stale and the run fails, naming it."""
-    entry = '[tool.rdq.expected-failures]\n"claim-limit" = "ignores the limit (issue 99)"\n'
+    entry = '[tool.rdq.expected-failures]\n"claim-limit" = "ignores the limit (tracked upstream)"\n'
     pytester.makepyprojecttoml(entry)
     mixed = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", LIMIT_IGNORED, "-k", "test_claim.py and not own_queue", "-q"

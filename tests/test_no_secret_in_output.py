@@ -1,4 +1,4 @@
-"""No secret in any output (issue 23, item 4): the kit is run as a user runs it, with a
+"""No secret in any output: the kit is run as a user runs it, with a
 distinctive password in each DSN form each server backend reads, and every stream and
 every file the runs write is searched for that password: zero hits.
 

@@ -1,4 +1,4 @@
-"""Every backend option is checked before any test or campaign runs (issue 23, item 5).
+"""Every backend option is checked before any test or campaign runs.
 
 A key no installed backend declares ends the run as a usage error (pytest's exit 4,
 ``rdq-chaos``'s exit 2) naming where it came from and the closest known keys, for each

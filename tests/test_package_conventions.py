@@ -1,4 +1,4 @@
-"""The conventions a Python library user expects of the package (issue 23, item 6)."""
+"""The conventions a Python library user expects of the package."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reports CI can show (issue 13, item 4): rule ids on every suite test (``-v``, JUnit XML
+"""Reports CI can show: rule ids on every suite test (``-v``, JUnit XML
 ``rdq.rules``), the rule each failure violated (``rdq.rule``), the one-screen end-of-run
 summary (also under ``pytest-xdist``), chaos failures naming their report folder, and one
 clear error for a named server that does not answer.

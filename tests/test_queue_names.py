@@ -1,4 +1,4 @@
-"""The queue names the isolation test and the stateful machine use (SPEC §5.9)."""
+"""The queue names the isolation test and the stateful machine use (rule ``queue-isolation``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The stateful machine finds every SPEC §5 bug class, from scratch, and shrinks it.
+"""The stateful machine finds every bug class it hunts, from scratch, and shrinks it.
 
-For each deliberately broken backend of ``tests/broken/memory.py`` (one per SPEC §5
-class and a few more), the machine of :mod:`rdq_compliance.stateful` runs **from
+For each deliberately broken backend of ``tests/broken/memory.py`` (one or more per bug
+class of ``contract.md#8-bug-classes``), the machine of :mod:`rdq_compliance.stateful` runs **from
 scratch** — no ``@example``, no example database, the ``ci`` profile's programs with a
 bigger budget (``tests.stateful_hunt.HUNT_EXAMPLES``), seed 0 — until it fails, and
 hypothesis shrinks the failing program. The cases (which variants, the rules that may name
@@ -14,7 +14,8 @@ each) are :mod:`tests.broken.catalogue`'s. The test checks that
 (d) the shrunk program has a few steps (``<= tests.stateful_hunt.MAX_SHRUNK_STEPS``) and is
     printed (hypothesis's ``state.<rule>(...)`` lines).
 
-The redrive → lease-expiry → reclaim numbering bug (§5.4, the original incident) is
+The redrive → lease-expiry → reclaim numbering bug (bug class ``numbering-from-counter``,
+the original incident) is
 found like the others: by generated programs, not a hand-written one.
 
 The figures (examples and seconds to the first failure, shrunk length, the rule, the

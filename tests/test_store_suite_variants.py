@@ -1,5 +1,5 @@
 """The conformance suite fails the SQLite and PostgreSQL variants of the catalogue whose
-catches name this module, naming the rule and a task the bug hit (issue 22): the reclaim
+catches name this module, naming the rule and a task the bug hit: the reclaim
 that reads without a lock and saves what it read (``test_late_outcome.py``'s race of late
 outcomes against reclaims), the DLQ keyset cursor that compares ids only
 (``test_dlq.py``'s paging with ids sorted against dead time), queues kept apart by

@@ -1,5 +1,5 @@
 """What a campaign exercised: SPI calls by operation, fault window and outcome, and the
-checker rules that saw the calls they judge (issue 22).
+checker rules that saw the calls they judge.
 
 A campaign can pass a rule it never exercised: a clock-skew run whose skewed workers never
 heartbeat passes ``storage-clock`` whatever the backend's clock. :func:`coverage` reads

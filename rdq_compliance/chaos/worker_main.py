@@ -279,8 +279,8 @@ class ChaosHandler:
         than :data:`_CREDIT` (a SIGSTOP, which lasts past the lease) counts as one step.
         So a worker paused mid-task resumes with the rest of its task still to do, as a
         real handler would, and its heartbeat thread beats (late) while the handler is
-        still running — the moment SPEC §5.8's bug shows — instead of the handler and the
-        heartbeat racing to be first after the resume.
+        still running — the moment bug class ``stale-heartbeat`` shows — instead of the
+        handler and the heartbeat racing to be first after the resume.
         """
         done = 0.0
         last = time.monotonic()

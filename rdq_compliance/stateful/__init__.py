@@ -46,15 +46,15 @@ does not control, so it never races it:
   call that produced no time (an empty claim, a refused report, a redrive of nothing)
   runs on the model at ``t0``: an empty claim is wrong exactly when something was due at
   ``t0``, which is no later than the backend's own time.
-* **"Either is fine" branches**, where the SPEC leaves a choice: tasks tied on due time
-  (any of them may fill the last slots of a claim: the machine checks the choice is a
-  prefix of the due order up to ties, then has the model claim the same tasks); claims
-  by several workers at once (each claimed task must have been claimable at its claim's
-  time, and no task may go to a second worker while the first one's lease is live; the
-  model then applies them in claim-time order); ``stats().due`` read between ``t0`` and
-  ``t1`` (any count between the model's at ``t0`` and at ``t1``); DLQ pages after the
-  DLQ changed mid-listing (only the SPEC's promise: no repeat and no skip of a task that
-  stayed DEAD; without changes, pages must equal the model's).
+* **"Either is fine" branches**, where the contract leaves a choice: tasks tied on due
+  time (any of them may fill the last slots of a claim: the machine checks the choice is a
+  prefix of the due order up to ties, then has the model claim the same tasks); claims by
+  several workers at once (each claimed task must have been claimable at its claim's time,
+  and no task may go to a second worker while the first one's lease is live; the model
+  then applies them in claim-time order); ``stats().due`` read between ``t0`` and ``t1``
+  (any count between the model's at ``t0`` and at ``t1``); DLQ pages after the DLQ changed
+  mid-listing (only the contract's promise, rule ``dlq-paging``: no repeat and no skip of
+  a task that stayed DEAD; without changes, pages must equal the model's).
 * **Leases and delays expire by letting the storage clock pass them: short real leases,
   no test-only clock offset.** Two lengths, nothing in between: ``instant`` (200 µs) and
   ``long`` (10 min). At the end of any step that set an instant lease or delay the

@@ -76,11 +76,12 @@ def _without_swarm_testing(machine: RuleBasedStateMachine) -> None:
     random subset of rules per program).
 
     Measured on the broken backends (``benchmarks/stateful_bugs.py``): with swarm testing
-    the bugs took about as many examples to find or more (the §5.4 chain needs four
-    rules enabled at once), and shrunk programs kept up to ten do-nothing steps, because
-    each rule's on/off flag is drawn inside whichever step first looks at that rule and
-    the shrinker cannot delete such a step; without it every class shrank to 1-5 steps.
-    This reaches into hypothesis internals; if they change, swarm testing simply stays on.
+    the bugs took about as many examples to find or more (the ``numbering-from-counter``
+    chain needs four rules enabled at once), and shrunk programs kept up to ten do-nothing
+    steps, because each rule's on/off flag is drawn inside whichever step first looks at
+    that rule and the shrinker cannot delete such a step; without it every class shrank to
+    1-5 steps. This reaches into hypothesis internals; if they change, swarm testing
+    simply stays on.
     """
     try:
         from hypothesis.strategies._internal.featureflags import FeatureFlags
@@ -773,7 +774,7 @@ class BackendVsModel(RuleBasedStateMachine):
                 raise want.error  # type: ignore[misc]
             self._same_page(p.queue, what, page, want.value)
             p.model_cursor = want.value.next_cursor
-        else:  # the DLQ changed since the listing began: only the SPEC's promise holds
+        else:  # the DLQ changed since the listing began: only the contract's promise holds
             p.model_cursor = None
             if len(page.tasks) > p.size:
                 self._fail("dlq-paging", f"{what} returned {len(page.tasks)} tasks")

@@ -6,7 +6,7 @@ to the storage time the backend used for the same call, so due-ness, expiry and 
 timestamp the model writes agree with the backend's. The questions the machine asks of
 the model (which tasks a claim at time ``t`` may take, which DEAD tasks a selector
 selects, when a task was dead-lettered) and the one write the SPI lacks (claim exactly
-the tasks a backend claimed when the SPEC leaves the choice open, after the machine has
+the tasks a backend claimed when the contract leaves the choice open, after the machine has
 checked that the choice was allowed) are the reference store's own public back door
 (:meth:`~rdq_core.memory.MemoryStore.claimable`, ...); the model adds only
 :meth:`ReferenceModel.due_count`, which follows from them.

@@ -1,4 +1,4 @@
-"""Claim races for the exclusivity suite (SPEC §3, §5.1).
+"""Claim races for the exclusivity suite (rule ``one-claim``, bug class ``double-claim``).
 
 :func:`claim_loop` is the worker loop shared by the thread race and the process race,
 :func:`process_claim_worker` is what a spawned process runs (it lives here, in an

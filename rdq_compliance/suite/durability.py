@@ -1,4 +1,4 @@
-"""The durability check (SPEC §5.13): acknowledged work survives a kill and restart of
+"""The durability check (rule ``durability``): acknowledged work survives a kill and restart of
 the server. Runner-neutral — :func:`run_durability_check` needs only a
 :class:`~rdq_compliance.provision.backend.Server` that can be killed and restarted and a
 way to open storage on one namespace — so the conformance suite

@@ -1,4 +1,5 @@
-"""A late outcome against a reclaim, for the conformance suite (SPEC §2, §3).
+"""A late outcome against a reclaim, for the conformance suite (rules ``fencing``,
+``one-claim``).
 
 A holder whose lease has just expired may still report while nobody has reclaimed its
 task; once another claim has happened, its token is dead. When the holder's report and

@@ -1,5 +1,5 @@
 """Bad input: every call with a bad argument raises the documented error (InvalidArgument
-unless noted) and writes nothing (SPEC §1, §4).
+unless noted) and writes nothing (``contract.md#input-limits``).
 
 Each test runs against a small world — a queue holding a DEAD, a SUCCEEDED, an
 IN_FLIGHT, a due PENDING and a future PENDING task, and another queue holding one

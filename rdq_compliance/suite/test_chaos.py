@@ -35,7 +35,7 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
     """Rules one-claim, lease-respected, reclaim-expired, lease-expired-recorded,
     history-numbering, execution-count, fencing, outcome-recorded, no-loss, drain-complete,
     drain-timeout, dlq-complete, terminal-final, transition and storage-clock: every
-    checker rule holds over a whole campaign with real faults (SPEC §3). Every failure
+    checker rule holds over a whole campaign with real faults. Every failure
     names the report folder; the fault counters and the folder are recorded for the
     end-of-run summary and the JUnit XML (``rdq.faults``, ``rdq.chaos-report``)."""
     chosen = pytestconfig.getoption("rdq_chaos_scenario")

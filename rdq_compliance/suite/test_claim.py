@@ -1,6 +1,7 @@
 """Conformance: what ``claim_due`` returns, how many, in which order, and from which queue.
 
-SPEC §2 (Claim) and §5.6, §5.9. Every test runs in a fresh namespace.
+``contract.md#claims-leases-and-tokens``; bug classes ``unclaimable-claimed`` and
+``wrong-claim-batch``. Every test runs in a fresh namespace.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The dead-letter queue: what dlq_list shows, how it pages, and how it filters
-(SPEC §1 Attempt, §2 Dead-letter, §4 dlq_list, §5.7).
+(``contract.md#methods``, ``dlq_list``; bug class ``lost-task``).
 
 Dead-letter order is ``(dead-letter time, id)``; most tests give ids that sort in the
 order the tasks are dead-lettered, so the expected order is exact even on a storage

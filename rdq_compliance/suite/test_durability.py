@@ -1,4 +1,5 @@
-"""Conformance: acknowledged work survives a kill and restart of the server (SPEC §5.13).
+"""Conformance: acknowledged work survives a kill and restart of the server (bug class
+``acknowledged-work-lost``).
 
 Only for a backend that declares ``durable`` on a server the kit can kill and restart
 (the local rungs: on a server given by DSN the kit owns no process). Worker threads

@@ -1,5 +1,6 @@
-"""Enqueue: idempotent by id within a queue, one id never in two queues, timestamps
-from the storage clock, payload and headers stored losslessly (SPEC §1, §2, §5.10)."""
+"""Enqueue: idempotent by id within a queue, one id never in two queues, timestamps from
+the storage clock, payload and headers stored losslessly (bug classes
+``enqueue-not-idempotent``, ``payload-altered``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Conformance: claim exclusivity under real concurrency (SPEC §3, §5.1).
+"""Conformance: claim exclusivity under real concurrency (rule ``one-claim``, bug class
+``double-claim``).
 
 Workers race on one queue of due tasks with a lease longer than the race, so no claim
 may ever hand out a task another worker already got. Threads each use their own

@@ -1,4 +1,5 @@
-"""Conformance: attempt history and its numbering (invariant H, SPEC §1, §2, §5.4).
+"""Conformance: attempt history and its numbering (invariant H,
+``contract.md#attempts-and-their-numbering``; bug class ``numbering-from-counter``).
 
 The next attempt number is ``max(attempt_no) + 1`` of what is persisted, never
 ``attempt_count + 1``: redrive resets ``attempt_count`` but keeps the history. Every

@@ -1,4 +1,4 @@
-"""Conformance: a late outcome against a reclaim (SPEC §2, §3, §5.3).
+"""Conformance: a late outcome against a reclaim (bug class ``unfenced-outcome``).
 
 Holders claim tasks on a short lease and let it expire; then, released together by a
 barrier, they report on those claims (``complete``, ``reschedule``, ``dead_letter``, or

@@ -1,6 +1,7 @@
 """Conformance: leases, heartbeats, reclaim after expiry, and fencing by claim token.
 
-SPEC §2 (Claim; Complete / reschedule / dead-letter / extend-lease), §3, §5.2, §5.3, §5.8.
+``contract.md#claims-leases-and-tokens``; bug classes ``live-lease-stolen``,
+``unfenced-outcome`` and ``stale-heartbeat``.
 """
 
 from __future__ import annotations
@@ -94,10 +95,10 @@ def test_extend_lease_sets_expiry_to_storage_now_plus_lease(rdq_storage, rdq_cap
 
 def test_a_claim_holds_the_lease_it_asked_for(rdq_storage, rdq_capabilities):
     """Rule lease-per-claim: a claim holds the lease it asked for (claimed_at + lease)
-    and a heartbeat the one it asks for (storage now + lease), each its own — SPEC §2's
-    per-claim lease. A backend declaring another lease model
-    (``Capabilities.lease_model``) fails this by design: its ledger names rule
-    ``lease-per-claim`` with the library's docs; a live lease taken is
+    and a heartbeat the one it asks for (storage now + lease), each its own: the
+    ``per_claim`` lease model (``contract.md#5-capabilities``). A backend declaring
+    another lease model (``Capabilities.lease_model``) fails this by design: its ledger
+    names rule ``lease-per-claim`` with the library's docs; a live lease taken is
     ``lease-respected``, checked apart."""
     s = rdq_storage
     tid = enqueue(s, Q)

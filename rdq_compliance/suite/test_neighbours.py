@@ -1,4 +1,4 @@
-"""Conformance: queues a backend stores side by side stay apart (SPEC §5.9).
+"""Conformance: queues a backend stores side by side stay apart (rule ``queue-isolation``).
 
 A store that shards or buckets queues (hash-tag buckets, a partitioned table, a
 collection per shard) keeps two queues of one bucket apart only if its code checks the

@@ -1,5 +1,5 @@
 """Redrive and purge: which tasks a selector touches, and what it does to them
-(SPEC §2 Redrive/Purge, §4 selectors, §5.5).
+(``contract.md#conventions``, selectors; bug class ``bad-redrive``).
 
 Every test builds the same mixed world: queue ``q`` with three DEAD tasks of
 different handlers and last errors, one SUCCEEDED, one IN_FLIGHT, one PENDING due

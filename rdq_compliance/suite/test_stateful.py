@@ -45,7 +45,7 @@ def _progress(config: pytest.Config) -> Callable[[str], None] | None:
 
 
 def test_backend_behaves_like_the_reference_model(rdq_session, rdq_settings, pytestconfig):
-    """Rule model-equivalence: every rule of SPEC §2-4 holds step by step over generated
+    """Rule model-equivalence: every rule the machine checks holds step by step over generated
     interleavings, and the backend's observable state equals the reference store's."""
     name = rdq_session.name
     profile = pytestconfig.getoption("rdq_hypothesis_profile")

@@ -1,4 +1,4 @@
-"""Stats and purge_succeeded (SPEC §4).
+"""Stats and purge_succeeded (``contract.md#methods``).
 
 ``stats(queue)`` counts the queue's tasks by status; ``due`` counts the PENDING ones
 whose time has come by the storage clock. ``purge_succeeded(queue, older_than)``

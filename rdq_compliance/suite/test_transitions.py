@@ -1,4 +1,5 @@
-"""Conformance: the state changes of complete, reschedule and dead_letter (SPEC §2).
+"""Conformance: the state changes of complete, reschedule and dead_letter
+(``contract.md#statuses-and-their-changes``).
 
 Each outcome appends one attempt that starts at the claim's ``claimed_at`` and ends at
 the storage's now, increments ``attempt_count``, and clears the lease and token.

@@ -1,5 +1,5 @@
-"""The dramatiq adapter (``adapters/dramatiq``), the control of issue 21, and what the kit
-found with it.
+"""The dramatiq adapter (``adapters/dramatiq``), the control among the adapters (its
+acknowledgement is fenced by design), and what the kit found with it.
 
 - **The control** (:func:`test_the_whole_kit_fails_only_where_dramatiq_has_a_gap`): the
   kit's whole suite (conformance, the stateful machine's ``ci`` profile, the standard

@@ -13,8 +13,8 @@ for the chaos campaigns), :mod:`~tests.broken.postgres`, :mod:`~tests.broken.red
 one name on every store — the backend attribute (``outcome_ignores_token``) and its
 storage class (``OutcomeIgnoresToken``) — and the name says the bug; ``control`` is a
 store's unbroken copy through the same plumbing. :mod:`tests.broken.catalogue` lists every
-variant with the SPEC §5 class it stands for, the rule it breaks and the layer of the kit
-that must catch it; the kit's proofs read their cases from it, and
+variant under the bug class it stands for (``contract.md#8-bug-classes``), the rule it
+breaks and the layer of the kit that must catch it; the kit's proofs read their cases from it, and
 ``tests/test_broken_catalogue.py`` fails when a variant here is not in it (or it names one
 that is not here). Processes a test spawns import these modules by the same dotted names:
 they get the checkout root on ``PYTHONPATH`` (:func:`tests._paths.pythonpath`).

@@ -1,8 +1,9 @@
 """Broken reference stores: the kit's proof that its suite and its machine fail them.
 
-Each class below is the reference :class:`~rdq_core.memory.MemoryStore` with one
-hook overridden the way a real backend once got it wrong (SPEC §5). Each is exposed
-as a backend object, so the conformance suite runs against it unchanged::
+Each class below is the reference :class:`~rdq_core.memory.MemoryStore` with one hook
+overridden the way a real backend once got it wrong (one bug class of
+``contract.md#8-bug-classes`` each). Each is exposed as a backend object, so the
+conformance suite runs against it unchanged::
 
     pytest --pyargs rdq_compliance.suite --rdq-backend=tests.broken.memory:check_then_act_claim
 
@@ -187,11 +188,11 @@ class ReferenceWithClaimHooks(_ClaimHooks):
     """
 
 
-# ---- §5.1 claim without a row lock --------------------------------------------------------
+# ---- double-claim: claim without a row lock -----------------------------------------------
 
 
 class CheckThenActClaim(_ClaimHooks):
-    """SPEC §5.1 — check-then-act claim: two workers get one task.
+    """Bug class ``double-claim`` — check-then-act claim: two workers get one task.
 
     Incident: a claim written as ``SELECT ... WHERE status='PENDING'`` followed by a
     separate ``UPDATE ... SET status='IN_FLIGHT' WHERE id=$1`` without ``FOR UPDATE``
@@ -214,7 +215,7 @@ class CheckThenActClaim(_ClaimHooks):
 
 
 class ReclaimOverwritesLateOutcome(_ClaimHooks):
-    """SPEC §2/§5.3 (extra) — a reclaim that re-reads without a lock and writes unguarded:
+    """Bug class ``unfenced-outcome`` — a reclaim that re-reads without a lock and writes unguarded:
     a late outcome committed in between is overwritten.
 
     Claims take a lock of their own (an advisory lock no outcome takes), so no two claims
@@ -226,7 +227,7 @@ class ReclaimOverwritesLateOutcome(_ClaimHooks):
 
     Incident: a PostgreSQL storage written from outside the project (claims by advisory
     lock, then a re-read without ``FOR UPDATE``) passed the whole kit while a 400-task
-    script overwrote acknowledged results in 2 runs of 3 (issue 22).
+    script overwrote acknowledged results in 2 runs of 3.
     """
 
     WINDOW_SECONDS: ClassVar[float] = 0.003
@@ -252,11 +253,12 @@ class ReclaimOverwritesLateOutcome(_ClaimHooks):
                 return self._stamp_all(picked, now, lease)
 
 
-# ---- §5.2 reclaim ignoring lease_expires_at -----------------------------------------------
+# ---- live-lease-stolen: reclaim ignoring lease_expires_at ---------------------------------
 
 
 class ReclaimIgnoresLease(_ClaimHooks):
-    """SPEC §5.2 — reclaim ignoring ``lease_expires_at``: a live lease is stolen.
+    """Bug class ``live-lease-stolen`` — reclaim ignoring ``lease_expires_at``: a live lease
+    is stolen.
 
     Incident: the reclaim query selected ``status = 'IN_FLIGHT'`` and forgot
     ``AND lease_expires_at <= now()``, so every claim also took tasks that other,
@@ -271,16 +273,16 @@ class ReclaimIgnoresLease(_ClaimHooks):
         return super()._claimable(row, queue, now)
 
 
-# ---- §5.3 outcome without token check -----------------------------------------------------
+# ---- unfenced-outcome: outcome without token check ----------------------------------------
 
 
 class OutcomeIgnoresToken(_Broken):
-    """SPEC §5.3 — complete/reschedule/dead_letter accepted with any token.
+    """Bug class ``unfenced-outcome`` — complete/reschedule/dead_letter accepted with any token.
 
     Incident: ``UPDATE tasks SET status='SUCCEEDED' WHERE id=$1`` with no
     ``AND claim_token=$2``: a worker paused past its lease (GC, VM migration) wakes up
     and overwrites the result of the worker that reclaimed its task. (Heartbeats stay
-    fenced here; §5.8 is its own variant.)
+    fenced here; ``stale-heartbeat`` is its own variant.)
     """
 
     def _fenced(self, task_id: str, token: str) -> _Row:
@@ -304,7 +306,7 @@ class OutcomeIgnoresToken(_Broken):
 
 
 class TokenNotRotatedOnReclaim(_ClaimHooks):
-    """SPEC §5.3 (variant) — reclaim keeps the expired claim's token.
+    """Bug class ``unfenced-outcome`` — reclaim keeps the expired claim's token.
 
     Incident: the token was derived from the task (id + attempt count) or simply not
     reset by the reclaim, so the paused worker's token stays valid after another
@@ -319,7 +321,8 @@ class TokenNotRotatedOnReclaim(_ClaimHooks):
 
 
 class OutcomeFencedByClock(_Broken):
-    """SPEC §2 fencing (variant) — outcomes rejected once the lease has expired.
+    """Bug class ``unfenced-outcome`` — fencing by clock, not token: outcomes rejected once
+    the lease has expired.
 
     Incident: a backend fenced by the clock (``AND lease_expires_at > now()``) instead
     of by the token, so a slow worker's result is thrown away even though nobody
@@ -336,11 +339,12 @@ class OutcomeFencedByClock(_Broken):
         return row
 
 
-# ---- §5.4 LEASE_EXPIRED numbered from attempt_count ---------------------------------------
+# ---- numbering-from-counter: LEASE_EXPIRED numbered from attempt_count --------------------
 
 
 class LeaseExpiredNumberedFromCount(_ClaimHooks):
-    """SPEC §5.4 — the original incident: LEASE_EXPIRED numbered ``attempt_count + 1``.
+    """Bug class ``numbering-from-counter`` — the original incident: LEASE_EXPIRED
+    numbered ``attempt_count + 1``.
 
     Redrive resets ``attempt_count``; the next reclaim of the redriven task numbers
     its LEASE_EXPIRED attempt with a number its first life already used, the
@@ -353,7 +357,7 @@ class LeaseExpiredNumberedFromCount(_ClaimHooks):
 
 
 class ReclaimWithoutLeaseExpiredAttempt(_ClaimHooks):
-    """SPEC §2 reclaim (variant) — a reclaim that records no LEASE_EXPIRED attempt.
+    """Bug class ``numbering-from-counter`` — a reclaim that records no LEASE_EXPIRED attempt.
 
     Incident: the reclaim path reused the plain claim (``UPDATE ... SET token=...``),
     so the lap lost to the dead worker is invisible in the history and does not count
@@ -365,7 +369,7 @@ class ReclaimWithoutLeaseExpiredAttempt(_ClaimHooks):
         return False
 
 
-# ---- §5.5 redrive ----------------------------------------------------------------------------
+# ---- bad-redrive -----------------------------------------------------------------------------
 
 
 class _RedriveBug(_Broken):
@@ -383,7 +387,7 @@ class _RedriveBug(_Broken):
 
 
 class RedriveResetsHistory(_RedriveBug):
-    """SPEC §5.5 — redrive wipes the attempt history.
+    """Bug class ``bad-redrive`` — redrive wipes the attempt history.
 
     Incident: redrive implemented as delete + re-insert of the task (or
     ``DELETE FROM attempts WHERE task_id=$1`` to "start clean"): the evidence of why
@@ -397,7 +401,7 @@ class RedriveResetsHistory(_RedriveBug):
 
 
 class RedriveKeepsAttemptCount(_RedriveBug):
-    """SPEC §5.5 — redrive keeps ``attempt_count``.
+    """Bug class ``bad-redrive`` — redrive keeps ``attempt_count``.
 
     Incident: redrive only flipped the status back to PENDING; the task came back
     with its retry budget already spent and was dead-lettered again on its first
@@ -411,7 +415,7 @@ class RedriveKeepsAttemptCount(_RedriveBug):
 
 
 class RedriveLeavesNotDue(_RedriveBug):
-    """SPEC §5.5 — redrive leaves the task not due.
+    """Bug class ``bad-redrive`` — redrive leaves the task not due.
 
     Incident: redrive re-applied the retry policy's backoff (or kept a stale
     ``next_attempt_at``) instead of making the task due now: an operator redrives
@@ -424,7 +428,7 @@ class RedriveLeavesNotDue(_RedriveBug):
 
 
 class RedriveAnyStatus(_Broken):
-    """SPEC §5.5/§4 (variant) — redrive by ids acts on tasks that are not DEAD.
+    """Bug class ``bad-redrive`` — redrive by ids acts on tasks that are not DEAD.
 
     Incident: ``UPDATE tasks SET status='PENDING' ... WHERE id = ANY($1)`` without
     ``AND status='DEAD'``: redriving a list of ids pasted from a dashboard reset a
@@ -455,11 +459,11 @@ class RedriveAnyStatus(_Broken):
             return len(rows)
 
 
-# ---- §5.6 claims of tasks that are not due / are terminal ----------------------------------
+# ---- unclaimable-claimed: claims of tasks that are not due / are terminal ------------------
 
 
 class ClaimsBeforeDue(_ClaimHooks):
-    """SPEC §5.6 — PENDING tasks claimed before ``next_attempt_at``.
+    """Bug class ``unclaimable-claimed`` — PENDING tasks claimed before ``next_attempt_at``.
 
     Incident: the claim filtered on ``status='PENDING'`` only (the due-time predicate
     was lost in a refactor), so delayed tasks ran at once and retry backoff was
@@ -475,7 +479,7 @@ class ClaimsBeforeDue(_ClaimHooks):
 
 
 class ClaimsTerminalTasks(_ClaimHooks):
-    """SPEC §5.6 — SUCCEEDED and DEAD tasks claimed again.
+    """Bug class ``unclaimable-claimed`` — SUCCEEDED and DEAD tasks claimed again.
 
     Incident: the claim query selected ``status <> 'IN_FLIGHT'`` (or a Redis due-set
     entry was not removed on completion), so finished work ran again.
@@ -489,7 +493,8 @@ class ClaimsTerminalTasks(_ClaimHooks):
 
 
 class RescheduleIgnoresDelay(_Broken):
-    """SPEC §5.6 (variant) — reschedule makes the task due at once, whatever the delay.
+    """Bug class ``unclaimable-claimed`` — reschedule makes the task due at once, whatever
+    the delay.
 
     Incident: ``next_attempt_at = now()`` hard-coded in the reschedule statement; the
     retry backoff is ignored and a failing task hammers its dependency.
@@ -504,7 +509,7 @@ class RescheduleIgnoresDelay(_Broken):
 
 
 class ClientClock(_ClaimHooks):
-    """SPEC §5.11 — the claim uses the worker's (the client's) clock, 500 ms fast.
+    """Bug class ``worker-clock`` — the claim uses the worker's (the client's) clock, 500 ms fast.
 
     Incident: ``lease_expires_at`` and the due-time predicate computed in the client
     (``datetime.now()`` passed as a query parameter) instead of with ``now()`` in the
@@ -522,11 +527,11 @@ class ClientClock(_ClaimHooks):
         return super()._stamp(row, now, lease)
 
 
-# ---- §5.7 lost tasks -------------------------------------------------------------------------
+# ---- lost-task -------------------------------------------------------------------------------
 
 
 class CompleteRecordsNoAttempt(_Broken):
-    """SPEC §2 complete (extra) — SUCCEEDED without its SUCCESS attempt.
+    """Bug class ``wrong-transition`` — SUCCEEDED without its SUCCESS attempt.
 
     Incident: complete written as a bare ``UPDATE tasks SET status='SUCCEEDED'`` while
     failures went through the path that also inserts the attempt row: the history of
@@ -546,7 +551,7 @@ class CompleteRecordsNoAttempt(_Broken):
 
 
 class RescheduleDeletesTask(_Broken):
-    """SPEC §5.7 — a task lost: deleted on failure.
+    """Bug class ``lost-task`` — a task lost: deleted on failure.
 
     Incident: the failure path acknowledged the message before re-publishing it
     (``DEL`` then a second write that never happened), so a retryable failure made
@@ -564,7 +569,7 @@ class RescheduleDeletesTask(_Broken):
 
 
 class ExpiredLeasesNeverReclaimed(_ClaimHooks):
-    """SPEC §5.7 — a task lost: dropped on a crash.
+    """Bug class ``lost-task`` — a task lost: dropped on a crash.
 
     Incident: the claim popped the task from the due set (Redis ``ZPOPMIN``) without
     tracking it anywhere else, so when its worker was SIGKILLed nothing ever offered
@@ -580,7 +585,7 @@ class ExpiredLeasesNeverReclaimed(_ClaimHooks):
 
 
 class DlqMissesRetryableDeaths(_Broken):
-    """SPEC §5.7 — a task lost: dead-lettered but missing from the DLQ.
+    """Bug class ``lost-task`` — a task lost: dead-lettered but missing from the DLQ.
 
     Incident: the DLQ view was ``WHERE last_outcome = 'PERMANENT_FAILURE'``, written
     when only permanent errors dead-lettered; tasks that spent their retry budget
@@ -604,7 +609,7 @@ class DlqMissesRetryableDeaths(_Broken):
 
 
 class DlqDropsFirstTask(_Broken):
-    """SPEC §5.7 — a task lost from the DLQ listing: the oldest dead task never shows.
+    """Bug class ``lost-task`` — a task lost from the DLQ listing: the oldest dead task never shows.
 
     Incident: keyset paging that starts "after" a zero cursor built from the first
     row it read (``WHERE (dead_at, id) > ($first)``), so the oldest dead-letter is
@@ -623,7 +628,7 @@ class DlqDropsFirstTask(_Broken):
 
 
 class DlqCursorComparesIdsOnly(_Broken):
-    """SPEC §4 DLQ paging — the keyset cursor confuses time and id.
+    """Bug class ``lost-task`` — DLQ paging: the keyset cursor confuses time and id.
 
     Incident: pages are ordered ``ORDER BY dead_at, id`` but the next page asks
     ``WHERE id > $last_id``: while ids happen to sort in dead-letter order (sequential
@@ -660,7 +665,7 @@ class DlqCursorComparesIdsOnly(_Broken):
 
 
 class DlqPageBoundarySkip(_Broken):
-    """SPEC §4 DLQ paging — every page after the first skips one task.
+    """Bug class ``lost-task`` — DLQ paging: every page after the first skips one task.
 
     Incident: the cursor encoded the first row of the *next* page, and the query
     then asked for rows strictly after it (``WHERE (dead_at, id) > $cursor``): one
@@ -691,7 +696,7 @@ class DlqPageBoundarySkip(_Broken):
 
 
 class PurgeAnyStatus(_Broken):
-    """SPEC §5.7/§2 purge — purge by ids deletes tasks that are not DEAD.
+    """Bug class ``lost-task`` — purge by ids deletes tasks that are not DEAD.
 
     Incident: ``DELETE FROM tasks WHERE id = ANY($1)`` without ``AND status='DEAD'``:
     an operator purging a stale id list deleted live, pending work.
@@ -716,7 +721,8 @@ class PurgeAnyStatus(_Broken):
 
 
 class PurgeSucceededIgnoresAge(_Broken):
-    """SPEC §4 housekeeping — ``purge_succeeded`` deletes every SUCCEEDED task.
+    """Bug class ``bad-spi-call`` — housekeeping: ``purge_succeeded`` deletes every
+    SUCCEEDED task.
 
     Incident: the retention job's ``AND finished_at <= now() - $1`` compared with the
     wrong column (``created_at``) or was dropped, so results still being read vanished.
@@ -736,11 +742,11 @@ class PurgeSucceededIgnoresAge(_Broken):
             return super()._purge_succeeded(queue, timedelta(0))
 
 
-# ---- §5.8 heartbeat without token check -------------------------------------------------
+# ---- stale-heartbeat: heartbeat without token check -------------------------------------
 
 
 class ExtendLeaseIgnoresToken(_Broken):
-    """SPEC §5.8 — a heartbeat extends a lease the worker no longer holds.
+    """Bug class ``stale-heartbeat`` — a heartbeat extends a lease the worker no longer holds.
 
     Incident: ``UPDATE tasks SET lease_expires_at = now() + $2 WHERE id = $1`` with
     no token check: the paused worker's heartbeat thread keeps extending the lease
@@ -762,8 +768,8 @@ class ExtendLeaseIgnoresToken(_Broken):
 
 
 class HeartbeatKeepsTheClaimsLease(_Broken):
-    """SPEC §2 (extra) — a heartbeat renews the lease the claim was made with, not the one
-    it asks for (rule ``lease-per-claim``), on a backend that declares the per-claim model.
+    """Bug class ``wrong-transition`` — a heartbeat renews the lease the claim was made with, not
+    the one it asks for (rule ``lease-per-claim``), on a backend that declares the per-claim model.
 
     Incident: ``UPDATE tasks SET lease_expires_at = now() + lease_length WHERE ...``, the
     claim's stored lease length reused, the heartbeat's argument dropped: a worker that
@@ -785,11 +791,11 @@ class HeartbeatKeepsTheClaimsLease(_Broken):
             return super()._extend_lease(task_id, token, lease if kept is None else kept)
 
 
-# ---- §5.9 limit, isolation, order -----------------------------------------------------------
+# ---- wrong-claim-batch: limit, isolation, order ---------------------------------------------
 
 
 class LimitIgnored(_ClaimHooks):
-    """SPEC §5.9 — limit ignored: one more task than asked.
+    """Bug class ``wrong-claim-batch`` — limit ignored: one more task than asked.
 
     Incident: an off-by-one in a Lua loop (``for i = 0, limit``) or ``LIMIT $1 + 1``
     used to detect "more available": the extra task is leased to a worker that has
@@ -804,7 +810,7 @@ class LimitIgnored(_ClaimHooks):
 
 
 class QueuesNotIsolated(_ClaimHooks):
-    """SPEC §5.9 — queues not isolated: a claim takes another queue's tasks.
+    """Bug class ``wrong-claim-batch`` — queues not isolated: a claim takes another queue's tasks.
 
     Incident: the claim's ``WHERE queue = $1`` lost in a refactor (or one Redis due
     set shared by every queue): the email worker ran the billing handler's tasks.
@@ -818,7 +824,8 @@ class QueuesNotIsolated(_ClaimHooks):
 
 
 class QueuesBucketed(_ClaimHooks):
-    """SPEC §5.9 — queues kept apart by bucket, not by name: two queues of one bucket mix.
+    """Bug class ``wrong-claim-batch`` — queues kept apart by bucket, not by name: two
+    queues of one bucket mix.
 
     Incident: a store that shards queues into hash buckets (Redis hash-tag slots, a
     partitioned table) indexes due tasks and dead letters per bucket, and its claim, DLQ
@@ -852,7 +859,7 @@ class QueuesBucketed(_ClaimHooks):
 
 
 class PendingBeforeExpiredLeases(_ClaimHooks):
-    """SPEC §5.9 — a claim serves due PENDING tasks before expired leases.
+    """Bug class ``wrong-claim-batch`` — a claim serves due PENDING tasks before expired leases.
 
     Incident: the claim is two queries, ``status = 'PENDING' AND next_attempt_at <= now``
     first and the reclaim of ``lease_expires_at <= now`` only when that came back short:
@@ -873,7 +880,7 @@ class PendingBeforeExpiredLeases(_ClaimHooks):
 
 
 class NewestFirst(_ClaimHooks):
-    """SPEC §5.9 — ordering by due time ignored: newest task first.
+    """Bug class ``wrong-claim-batch`` — ordering by due time ignored: newest task first.
 
     Incident: ``ORDER BY created_at DESC`` (or a LIFO list) in the claim: under load
     the oldest due tasks starve.
@@ -890,11 +897,11 @@ class NewestFirst(_ClaimHooks):
         return super()._take(rows, limit)
 
 
-# ---- §5.10 enqueue ------------------------------------------------------------------------------
+# ---- enqueue-not-idempotent ---------------------------------------------------------------------
 
 
 class EnqueueResetsExisting(_Broken):
-    """SPEC §5.10 — re-enqueue resets an existing task.
+    """Bug class ``enqueue-not-idempotent`` — re-enqueue resets an existing task.
 
     Incident: an upsert (``INSERT ... ON CONFLICT (id) DO UPDATE SET status='PENDING',
     payload=EXCLUDED.payload, ...``): a producer retrying its publish reset a task
@@ -927,7 +934,7 @@ class EnqueueResetsExisting(_Broken):
 
 
 class EnqueueIdInTwoQueues(_Broken):
-    """SPEC §5.10 — one id accepted in two queues.
+    """Bug class ``enqueue-not-idempotent`` — one id accepted in two queues.
 
     Incident: the unique key was ``(queue, id)`` instead of ``id``; here the second
     enqueue silently moves the task to the other queue (last writer wins), so the
@@ -945,7 +952,8 @@ class EnqueueIdInTwoQueues(_Broken):
 
 
 class PayloadTruncatedAtNul(_Broken):
-    """SPEC §1 round-trip — payload bytes cut at the first NUL.
+    """Bug class ``payload-altered`` — payload bytes cut at the first NUL (rule
+    ``round-trip``).
 
     Incident: a payload stored through a C-string API (or a ``text`` column) loses
     everything from the first ``\\x00``: binary payloads (protobuf, msgpack) corrupt.
@@ -959,7 +967,7 @@ class PayloadTruncatedAtNul(_Broken):
 
 
 class EnqueueSkipsValidation(_Broken):
-    """SPEC §4 bad input — enqueue writes whatever it is given.
+    """Bug class ``bad-spi-call`` — bad input: enqueue writes whatever it is given.
 
     Incident: a backend overrode ``enqueue`` with a "fast path" that skipped the shared
     validation: a queue named ``"Emails "`` was created, no worker ever polled it,
@@ -975,7 +983,7 @@ class EnqueueSkipsValidation(_Broken):
 
 
 class StatsAcrossQueues(_Broken):
-    """SPEC §4 stats — counts every queue's tasks, not just the one asked.
+    """Bug class ``bad-spi-call`` — stats count every queue's tasks, not just the one asked.
 
     Incident: ``SELECT status, count(*) FROM tasks GROUP BY status`` without the queue
     predicate: autoscalers scaled every queue's workers on the sum.
@@ -998,7 +1006,7 @@ class StatsAcrossQueues(_Broken):
 
 
 class ClaimStopsShort(_ClaimHooks):
-    """SPEC §2 claim — a batch claim returns one task whatever the limit.
+    """Bug class ``wrong-transition`` — a batch claim returns one task whatever the limit.
 
     Incident: a Lua claim script that ``break``s out of its pop loop after the first
     entry, or a "claim up to n" that stops at the first row another worker has locked:
@@ -1012,7 +1020,7 @@ class ClaimStopsShort(_ClaimHooks):
 
 
 class DlqBrowseIsAReceive(_Broken):
-    """SPEC §4 DLQ — listing the DLQ changes the tasks it lists.
+    """Bug class ``bad-spi-call`` — listing the DLQ changes the tasks it lists.
 
     Incident: a DLQ browsed with the queue's own receive call (SQS ``ReceiveMessage``
     on the dead-letter queue): every look bumped the receive count, so an operator's
@@ -1033,7 +1041,7 @@ class DlqBrowseIsAReceive(_Broken):
 
 
 class EmptyFilterMeansEverything(_Broken):
-    """SPEC §4 selectors — an empty selector selects every dead task.
+    """Bug class ``bad-spi-call`` — an empty selector selects every dead task.
 
     Incident: ``WHERE ($1::text IS NULL OR handler = $1) AND ($2::text IS NULL OR
     error_type = $2)``: a filter with no field set matches every row, and an operator's

@@ -1,5 +1,5 @@
 """Broken MongoDB storages: each breaks one rule the way a real MongoDB queue has, and
-the kit must fail it naming the rule (SPEC §5). Plus a faithful control.
+the kit must fail it naming the rule (``contract.md#8-bug-classes``). Plus a faithful control.
 
 Each variant is a :class:`rdq_mongo.storage.MongoStorage` with one hook replaced, and is
 registered for the suite as ``--rdq-backend=tests.broken.mongo:<name>`` (a ``Backend``
@@ -10,11 +10,11 @@ a task the bug hit.
 
 - ``check_then_act_claim``: the claim reads the candidate, checks in Python that it is
   claimable, then writes with ``update_one({_id})`` — no guard in the write's filter
-  (§5.1: two workers get one task);
+  (``double-claim``: two workers get one task);
 - ``outcome_ignores_token``: complete / reschedule / dead-letter filter on ``_id`` alone, not on
-  token and status (§5.3: a stale worker's result is accepted);
+  token and status (``unfenced-outcome``: a stale worker's result is accepted);
 - ``lease_expired_numbered_from_count``: the reclaim's LEASE_EXPIRED attempt is numbered
-  ``attempt_count + 1`` (§5.4: after a redrive the number repeats);
+  ``attempt_count + 1`` (``numbering-from-counter``: after a redrive the number repeats);
 - ``reclaim_in_two_writes``: the claim takes the expired lease in one write and appends
   the LEASE_EXPIRED attempt in a second one, after the claimed document was read (the
   claim hands out a task whose history lacks the attempt; a crash between the writes
@@ -58,7 +58,7 @@ def victim(variant: str, task_id: str) -> None:
 
 
 class CheckThenActClaim(MongoStorage):
-    """§5.1: check in the client, then an unguarded write."""
+    """Bug class ``double-claim`` — check in the client, then an unguarded write."""
 
     claims: ClassVar[Counter[str]] = Counter()
 
@@ -84,7 +84,7 @@ class CheckThenActClaim(MongoStorage):
 
 
 class OutcomeIgnoresToken(MongoStorage):
-    """§5.3: the outcome's filter names the task, not the claim."""
+    """Bug class ``unfenced-outcome`` — the outcome's filter names the task, not the claim."""
 
     def _outcome_guard(self, task_id: str, token: str) -> dict[str, Any]:
         doc = self._run("peek", lambda db: db[schema.TASKS].find_one({"_id": task_id}))
@@ -98,7 +98,7 @@ FROM_COUNT = {"$add": ["$attempt_count", 1]}
 
 
 class LeaseExpiredNumberedFromCount(MongoStorage):
-    """§5.4: LEASE_EXPIRED numbered ``attempt_count + 1``."""
+    """Bug class ``numbering-from-counter`` — LEASE_EXPIRED numbered ``attempt_count + 1``."""
 
     def _claim_pipeline(self, token: str, now_us: int, lease_us: int) -> updates.Pipeline:
         return updates.claim_update(token, now_us, lease_us, number=FROM_COUNT)
@@ -169,7 +169,7 @@ CLAIM_LOCK_TTL_US = 30_000_000
 
 
 class ReclaimOverwritesLateOutcome(MongoStorage):
-    """SPEC §2/§5.3 (extra) — a reclaim that reads without a guard and saves unguarded: a
+    """Bug class ``unfenced-outcome`` — a reclaim that reads without a guard and saves unguarded: a
     late outcome acknowledged in between is overwritten.
 
     Claims are serialised by a lock of their own, a document per queue in
@@ -191,7 +191,7 @@ class ReclaimOverwritesLateOutcome(MongoStorage):
     just before the saves, or by the history the save extended) is recorded in
     :data:`VICTIMS`. Incident: a PostgreSQL storage written from outside the project
     (claims by advisory lock, then a re-read without ``FOR UPDATE``) passed the whole
-    kit while a 400-task script overwrote acknowledged results in 2 runs of 3 (issue 22).
+    kit while a 400-task script overwrote acknowledged results in 2 runs of 3.
     """
 
     gap: ClassVar[float] = 0.0

@@ -1,6 +1,6 @@
 """Broken PostgreSQL backends, each caught only by one chaos fault or one suite test.
 
-- ``client_clock`` (SPEC §5.11, the clock-skew campaign, issue 14 item 2): the claim,
+- ``client_clock`` (bug class ``worker-clock``, the clock-skew campaign): the claim,
   heartbeat and outcome statements take the time from the client — ``%(client_now)s``,
   the worker's ``datetime.now(UTC)`` bound as a parameter — instead of the server's
   ``now()``. Every lease is then stamped and judged on whichever worker's clock made the
@@ -154,7 +154,7 @@ assert "unnest" in _SAVE and "dead_at = NULL" in _SAVE, "the reference claim cha
 
 
 class ReclaimOverwritesLateOutcome(PostgresStorage):
-    """SPEC §2/§5.3 (extra) — a reclaim that re-reads without a lock and writes unguarded:
+    """Bug class ``unfenced-outcome`` — a reclaim that re-reads without a lock and writes unguarded:
     a late outcome committed in between is overwritten.
 
     Every claim takes ``pg_advisory_xact_lock`` (no outcome takes it), so no two claims
@@ -170,7 +170,7 @@ class ReclaimOverwritesLateOutcome(PostgresStorage):
 
     Incident: a PostgreSQL storage written from outside the project, tried as a new user
     would, passed the whole kit while a 400-task, 8-thread script overwrote acknowledged
-    results in 2 runs of 3 (issue 22).
+    results in 2 runs of 3.
     """
 
     def __init__(self, dsn: str, schema: str, **kwargs: Any) -> None:
@@ -230,7 +230,7 @@ class IdsOnlyCursorQueries(queries.Queries):
 
 
 class DlqCursorComparesIdsOnly(PostgresStorage):
-    """SPEC §4 DLQ paging — the keyset cursor confuses time and id.
+    """Bug class ``lost-task`` — DLQ paging: the keyset cursor confuses time and id.
 
     Incident: pages are ``ORDER BY dead_at, id`` but the next page asks ``WHERE id >
     $last_id``: right while ids sort in dead-letter order; an id that sorts before the
@@ -271,7 +271,8 @@ class BucketQueries(queries.Queries):
 
 
 class QueuesBucketed(PostgresStorage):
-    """SPEC §5.9 — queues kept apart by bucket, not by name: two queues of one bucket mix.
+    """Bug class ``wrong-claim-batch`` — queues kept apart by bucket, not by name: two
+    queues of one bucket mix.
 
     Incident: a partitioned table keyed by ``hashtext(queue) & 4095``; every statement
     that selects a queue trusts the partition key without checking the name: two queues
@@ -316,7 +317,7 @@ assert PendingFirstQueries.FAIR in queries._CLAIM, "the reference claim changed 
 
 
 class PendingBeforeExpiredLeases(PostgresStorage):
-    """SPEC §5.9 — a claim serves due PENDING tasks before expired leases.
+    """Bug class ``wrong-claim-batch`` — a claim serves due PENDING tasks before expired leases.
 
     Incident: the claim orders its rows ``ORDER BY status = 'IN_FLIGHT', due_at`` (or
     is two queries, the due PENDING tasks first and the reclaim only when they come back

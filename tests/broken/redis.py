@@ -1,4 +1,4 @@
-"""Broken Redis backends: the kit's proof that it fails them (issue 10, item 4).
+"""Broken Redis backends: the kit's proof that it fails them.
 
 Each variant is the real :class:`rdq_redis.storage.RedisStorage` with one piece done the
 way a Redis queue could get it wrong: a changed script (given to the storage through its
@@ -125,7 +125,7 @@ class VariantBackend(RedisBackend):
         return self.storage(dsn, namespace)
 
 
-# ---- §5.1: a claim split into two round trips ------------------------------------------------
+# ---- double-claim: a claim split into two round trips ----------------------------------------
 
 #: Round trip 1: the due prefix of ``ready`` and ``lease``, merged in (due, seq) order —
 #: the real claim's selection, but only read ('r' or 'l' before each member).
@@ -191,11 +191,11 @@ _TAKE = _TAKE.replace("{lease_type}", _LEASE_TEXT[1]).replace("{lease_message}",
 
 
 class CheckThenActClaim(VariantStorage):
-    """§5.1: the claim is two scripts, two round trips — *pick* reads the due range, *take*
-    stamps the picked tasks IN_FLIGHT under fresh tokens. Each script is atomic; the claim
-    is not: two workers that pick the same task both take it (the second overwrites the
-    first's token), so two workers hold one task. Victims: tasks taken although round
-    trip 1's member was gone by round trip 2 (another worker had taken them)."""
+    """Bug class ``double-claim``: the claim is two scripts, two round trips — *pick* reads the due
+    range, *take* stamps the picked tasks IN_FLIGHT under fresh tokens. Each script is atomic; the
+    claim is not: two workers that pick the same task both take it (the second overwrites the
+    first's token), so two workers hold one task. Victims: tasks taken although round trip 1's
+    member was gone by round trip 2 (another worker had taken them)."""
 
     variant = "check_then_act_claim"
     sources = _with(
@@ -225,7 +225,7 @@ class CheckThenActClaim(VariantStorage):
                     self.victim(row[0])
 
 
-# ---- §2/§5.3 (extra): a reclaim that saves the row it read, unguarded --------------------------
+# ---- unfenced-outcome: a reclaim that saves the row it read, unguarded -------------------------
 
 #: Round trip 1 of the reclaim: :data:`_PICK`, each due member with the task's meta record
 #: as read now (``''`` if there is none): ``{'r' or 'l' .. member, meta}`` per task.
@@ -301,7 +301,7 @@ CLAIM_LOCK_WAIT_S = 30.0
 
 
 class ReclaimOverwritesLateOutcome(VariantStorage):
-    """SPEC §2/§5.3 (extra) — a reclaim that reads without a guard and saves unguarded: a
+    """Bug class ``unfenced-outcome`` — a reclaim that reads without a guard and saves unguarded: a
     late outcome acknowledged in between is overwritten.
 
     Claims are serialised by a lock of their own, a key per bucket (``...:claims``) taken
@@ -322,7 +322,7 @@ class ReclaimOverwritesLateOutcome(VariantStorage):
     Victims: tasks whose stored meta record had changed between the pick and the save.
     Incident: a PostgreSQL storage written from outside the project (claims by advisory
     lock, then a re-read without ``FOR UPDATE``) passed the whole kit while a 400-task
-    script overwrote acknowledged results in 2 runs of 3 (issue 22).
+    script overwrote acknowledged results in 2 runs of 3.
     """
 
     variant = "reclaim_overwrites_late_outcome"
@@ -366,7 +366,7 @@ class ReclaimOverwritesLateOutcome(VariantStorage):
                     self.victim(row[0])
 
 
-# ---- §5.12: a script that touches a key it did not declare -----------------------------------
+# ---- undeclared-keys: a script that touches a key it did not declare -------------------------
 
 #: Enqueue in one script, id index included: atomic on one server, but the index shard's
 #: key comes in ARGV, not KEYS — on a cluster it is another slot, and Redis refuses it.
@@ -396,11 +396,11 @@ return {1}
 
 
 class UndeclaredKeyEnqueue(VariantStorage):
-    """§5.12: enqueue as one script that also writes the id index — whose key it is handed
-    in ``ARGV`` instead of ``KEYS``. On a single server it is atomic and correct; on a
-    Redis Cluster the index shard is another slot and every enqueue is refused
-    ("Script attempted to access keys that do not hash to the same slot"). Victims: every
-    task enqueued through it (the undeclared key is touched on every call)."""
+    """Bug class ``undeclared-keys``: enqueue as one script that also writes the id index — whose
+    key it is handed in ``ARGV`` instead of ``KEYS``. On a single server it is atomic and correct;
+    on a Redis Cluster the index shard is another slot and every enqueue is refused ("Script
+    attempted to access keys that do not hash to the same slot"). Victims: every task enqueued
+    through it (the undeclared key is touched on every call)."""
 
     variant = "undeclared_key_enqueue"
     sources = _with(enqueue_one=ScriptSource("enqueue_one", _ENQUEUE_ONE))
@@ -426,7 +426,7 @@ class UndeclaredKeyEnqueue(VariantStorage):
         return self._run("enqueue", run, task.id)
 
 
-# ---- §5.3: outcomes fenced by task id and status, not by token --------------------------------
+# ---- unfenced-outcome: outcomes fenced by task id and status, not by token --------------------
 
 _FENCED = "  if f[F_TOKEN] ~= token then return nil, 'status IN_FLIGHT under another claim' end\n"
 _PRELUDE_BY_ID = _edit(
@@ -445,9 +445,9 @@ def _by_id(name: str) -> ScriptSource:
 
 
 class OutcomeIgnoresToken(VariantStorage):
-    """§5.3: complete, reschedule and dead_letter check that the task exists and is
-    IN_FLIGHT, not that the token is its current claim: a worker whose task was reclaimed
-    still overwrites the new holder's outcome (extend_lease stays fenced). Victims: tasks
+    """Bug class ``unfenced-outcome`` — complete, reschedule and dead_letter check that the task
+    exists and is IN_FLIGHT, not that the token is its current claim: a worker whose task was
+    reclaimed still overwrites the new holder's outcome (extend_lease stays fenced). Victims: tasks
     whose outcome was accepted under a token that was not the current one."""
 
     variant = "outcome_ignores_token"
@@ -458,7 +458,7 @@ class OutcomeIgnoresToken(VariantStorage):
             self.victim(args[0])
 
 
-# ---- §2/§5.4: a reclaim that re-scores without recording LEASE_EXPIRED ------------------------
+# ---- numbering-from-counter: a reclaim that re-scores without recording LEASE_EXPIRED ---------
 
 _CLAIM_NO_EXPIRY = _edit(
     SOURCES["claim"].body,
@@ -469,9 +469,10 @@ _CLAIM_NO_EXPIRY = _edit(
 
 
 class ReclaimWithoutLeaseExpiredAttempt(VariantStorage):
-    """Invariant H / §2: an expired lease is taken over — re-scored in ``lease``, a fresh
-    token — but no LEASE_EXPIRED attempt is appended and ``attempt_count`` stays: the lost
-    execution vanishes from the history. Victims: every task reclaimed so."""
+    """Bug class ``numbering-from-counter`` (invariant H): an expired lease is taken over —
+    re-scored in ``lease``, a fresh token — but no LEASE_EXPIRED attempt is appended and
+    ``attempt_count`` stays: the lost execution vanishes from the history. Victims: every task
+    reclaimed so."""
 
     variant = "reclaim_without_lease_expired_attempt"
     sources = _with(claim=replace(SOURCES["claim"], body=_CLAIM_NO_EXPIRY))
@@ -483,7 +484,7 @@ class ReclaimWithoutLeaseExpiredAttempt(VariantStorage):
                     self.victim(row[0])
 
 
-# ---- §5.11: "now" sent by the client ----------------------------------------------------------
+# ---- worker-clock: "now" sent by the client ---------------------------------------------------
 
 _PRELUDE_CLIENT_NOW = _edit(
     SOURCES["claim"].prelude,
@@ -495,10 +496,10 @@ _PRELUDE_CLIENT_NOW = "local CLIENT_NOW = tonumber(table.remove(ARGV))\n" + _PRE
 
 
 class ClientClock(VariantStorage):
-    """§5.11: every script takes "now" from its last ``ARGV``, the client's clock, instead
-    of ``TIME``. On one host the two clocks agree, so nothing the kit does today tells
-    them apart; only a skewed worker clock (the clock-skew fault, issue 14) would. Victims:
-    tasks claimed on the client's clock."""
+    """Bug class ``worker-clock`` — every script takes "now" from its last ``ARGV``, the client's
+    clock, instead of ``TIME``. On one host the two clocks agree, so nothing the kit does today
+    tells them apart; only a skewed worker clock (the clock-skew fault) would. Victims: tasks
+    claimed on the client's clock."""
 
     variant = "client_clock"
     sources = _with(**{n: replace(s, prelude=_PRELUDE_CLIENT_NOW) for n, s in SOURCES.items()})

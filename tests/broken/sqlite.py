@@ -8,30 +8,33 @@ need the checkout root on ``PYTHONPATH`` (:func:`tests._paths.pythonpath`). Give
 :func:`~rdq_compliance.chaos.runner.run_campaign` as the ``backend`` object, with the same
 string as ``backend_name``.
 
-======================================  ===========  ====================================
-attribute                               SPEC §5      what breaks
-======================================  ===========  ====================================
-``check_then_act_claim``                1            two workers get one task
-``reclaim_ignores_lease``               2            a live lease is stolen
-``outcome_ignores_token``               3            a zombie's outcome overwrites
-``lease_expired_numbered_from_count``   4            reclaim after redrive wedges
-``reclaim_drops_task``                  7            a crashed worker's task vanishes
-``dead_letter_deletes``                 7            a dead-lettered task vanishes
-``extend_lease_ignores_token``          8            a zombie's heartbeat is accepted
-``reschedule_completes``                (none)       a retry is recorded as a success
-``dlq_cursor_compares_ids_only``        (§4)         DLQ pages skip tasks whose ids sort
-                                                     against their dead time
-``queues_bucketed``                     (§5.9)       two queues of one hash bucket mix
-``pending_before_expired_leases``       (§5.9)       expired leases wait behind due
-                                                     PENDING tasks
-``control``                             (none)       nothing: the reference claim, split
-======================================  ===========  ====================================
+======================================  ==========================  ================================
+attribute                               bug class                   what breaks
+======================================  ==========================  ================================
+``check_then_act_claim``                ``double-claim``            two workers get one task
+``reclaim_ignores_lease``               ``live-lease-stolen``       a live lease is stolen
+``outcome_ignores_token``               ``unfenced-outcome``        a zombie's outcome overwrites
+``lease_expired_numbered_from_count``   ``numbering-from-counter``  reclaim after redrive wedges
+``reclaim_drops_task``                  ``lost-task``               a crashed worker's task vanishes
+``dead_letter_deletes``                 ``lost-task``               a dead-lettered task vanishes
+``extend_lease_ignores_token``          ``stale-heartbeat``         a zombie's heartbeat is accepted
+``reschedule_completes``                ``wrong-transition``        a retry is recorded as a success
+``dlq_cursor_compares_ids_only``        ``lost-task``               DLQ pages skip tasks whose ids
+                                                                    sort against their dead time
+``queues_bucketed``                     ``wrong-claim-batch``       two queues of one hash bucket
+                                                                    mix
+``pending_before_expired_leases``       ``wrong-claim-batch``       expired leases wait behind due
+                                                                    PENDING tasks
+``control``                             (none)                      nothing: the reference claim,
+                                                                    split
+======================================  ==========================  ================================
 
-The incidents named in the docstrings are the ones listed in the project notes ``PRIOR-ART.md``
-("How real queues broke"). ``test_chaos_finds_bugs.py`` shows the standard chaos suite
-fails the first six, naming the rule; ``test_chaos_campaign.py`` uses
-``dead_letter_deletes`` for the CLI's exit status. ``control`` (the claim restated as
-the hooks classes 1 and 2 override) passes the conformance suite.
+The bug classes are those of ``contract.md#8-bug-classes``; the incidents named in the
+docstrings are bugs real queues had, by their upstream issue or pull request.
+``test_chaos_finds_bugs.py`` shows the standard chaos suite fails the first six, naming
+the rule; ``test_chaos_campaign.py`` uses ``dead_letter_deletes`` for the CLI's exit
+status. ``control`` (the claim restated as the hooks ``check_then_act_claim`` and
+``reclaim_ignores_lease`` override) passes the conformance suite.
 
 Note that the SQLite schema's CHECK constraints (IN_FLIGHT needs a token and
 ``due_at = lease_expires_at``; a terminal task has no lease) refuse some cruder
@@ -68,7 +71,7 @@ from tests.broken._unanswered import victim
 #: The file the variants that record victims append them to.
 VICTIMS_ENV = "RDQ_SQLITE_VICTIMS"
 
-# ---- the claim, split into hooks (for §5.1 and §5.2) ----------------------------------------
+# ---- the claim, split into hooks (for double-claim and live-lease-stolen) -------------------
 
 
 class SplitClaim(SqliteStorage):
@@ -150,11 +153,11 @@ class SplitClaim(SqliteStorage):
         )
 
 
-# ---- §5.1 claim without a row lock --------------------------------------------------------
+# ---- double-claim: claim without a row lock -----------------------------------------------
 
 
 class CheckThenActClaim(SplitClaim):
-    """SPEC §5.1 — check-then-act claim: two workers get one task.
+    """Bug class ``double-claim`` — check-then-act claim: two workers get one task.
 
     The due rows are read in one (read-only) transaction and stamped IN_FLIGHT in a
     second one, ``UPDATE ... WHERE seq = ?`` with no re-check of status or due-ness:
@@ -163,7 +166,7 @@ class CheckThenActClaim(SplitClaim):
     wait for the write lock between the two is window enough. ``gap`` (seconds, default
     0) adds a round trip between the statements, to widen it.
 
-    Incident: PRIOR-ART.md's "claim returns more than LIMIT" family (Oban #4, #652;
+    Incident: the "claim returns more than LIMIT" family (Oban #4, #652;
     odd-jobs #115; postmangovsg PR #276), where the rows the claim read are not the
     rows it locked and wrote.
     """
@@ -185,7 +188,7 @@ class CheckThenActClaim(SplitClaim):
 
 
 class ReclaimOverwritesLateOutcome(SplitClaim):
-    """SPEC §2/§5.3 (extra) — a reclaim that re-reads without a lock and writes unguarded:
+    """Bug class ``unfenced-outcome`` — a reclaim that re-reads without a lock and writes unguarded:
     a late outcome committed in between is overwritten.
 
     Claims take a lock of their own (``flock`` on a file beside the database: an advisory
@@ -201,7 +204,7 @@ class ReclaimOverwritesLateOutcome(SplitClaim):
     Each task whose row changed between the read and the save is appended to the file
     named by ``$RDQ_SQLITE_VICTIMS`` (when set). Incident: a PostgreSQL storage written
     from outside the project passed the whole kit while a 400-task script overwrote
-    acknowledged results in 2 runs of 3 (issue 22).
+    acknowledged results in 2 runs of 3.
     """
 
     def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
@@ -237,11 +240,12 @@ class ReclaimOverwritesLateOutcome(SplitClaim):
         return self._stamp(conn, now, due, lease_us)
 
 
-# ---- §5.2 reclaim ignoring lease_expires_at -----------------------------------------------
+# ---- live-lease-stolen: reclaim ignoring lease_expires_at ---------------------------------
 
 
 class ReclaimIgnoresLease(SplitClaim):
-    """SPEC §5.2 — reclaim ignoring ``lease_expires_at``: a live lease is stolen.
+    """Bug class ``live-lease-stolen`` — reclaim ignoring ``lease_expires_at``: a live lease
+    is stolen.
 
     The claim's due scan takes an IN_FLIGHT task once it was claimed more than
     ``grace`` seconds ago ("stalled"), judging it by its age instead of by its lease,
@@ -249,7 +253,7 @@ class ReclaimIgnoresLease(SplitClaim):
     still running them. ``grace`` (default 0.5 s, half the standard scenario's
     lease) spares the short tasks, so the run is not pure chaos.
 
-    Incident: PRIOR-ART.md's "job re-picked while still running" (pgqueuer #430,
+    Incident: "job re-picked while still running" (pgqueuer #430,
     PR #431; bullmq #3183) and "reclaim retries a job that is alive" (procrastinate
     #1297).
     """
@@ -271,19 +275,19 @@ class ReclaimIgnoresLease(SplitClaim):
         ).fetchall()
 
 
-# ---- §5.3 outcome without token check -----------------------------------------------------
+# ---- unfenced-outcome: outcome without token check ----------------------------------------
 
 
 class OutcomeIgnoresToken(SqliteStorage):
-    """SPEC §5.3 — complete/reschedule/dead_letter accepted with any token.
+    """Bug class ``unfenced-outcome`` — complete/reschedule/dead_letter accepted with any token.
 
     The outcome's fence is ``WHERE id = ?`` with no ``AND token = ?`` (nor status): a
     worker paused or blocked past its lease wakes up, reports, and overwrites the
     result of the worker that reclaimed its task (the attempt is recorded from the
     row's current ``claimed_at``, or now if the task is no longer claimed).
-    Heartbeats stay fenced (§5.8 is its own variant).
+    Heartbeats stay fenced (``stale-heartbeat`` is its own variant).
 
-    Incident: PRIOR-ART.md's "stale owner completes after losing its lease" (bull
+    Incident: "stale owner completes after losing its lease" (bull
     #308, #1243; bullmq #1497) and "completion racing reclaim, two terminal
     transitions" (solid_queue #589).
     """
@@ -315,11 +319,12 @@ class OutcomeIgnoresToken(SqliteStorage):
         self._write(action, run)
 
 
-# ---- §5.4 LEASE_EXPIRED numbered from attempt_count ---------------------------------------
+# ---- numbering-from-counter: LEASE_EXPIRED numbered from attempt_count --------------------
 
 
 class LeaseExpiredNumberedFromCount(SqliteStorage):
-    """SPEC §5.4 — the original incident: LEASE_EXPIRED numbered ``attempt_count + 1``.
+    """Bug class ``numbering-from-counter`` — the original incident: LEASE_EXPIRED
+    numbered ``attempt_count + 1``.
 
     Only the reclaim's LEASE_EXPIRED attempt is numbered from ``attempt_count`` (the
     outcome attempts keep ``max(attempt_no) + 1``), with ``UNIQUE(task_id,
@@ -329,9 +334,8 @@ class LeaseExpiredNumberedFromCount(SqliteStorage):
     rolls back, and since that task heads the due order every later claim hits it
     too: the task is wedged IN_FLIGHT and the queue behind it stops.
 
-    Incident: rdq's own (SPEC §5.4, "the original incident"; the Go kit's in-memory
-    store still has it), and PRIOR-ART.md's "unique violation on retry / reschedule"
-    (river PR #619; pg-boss #492) and "attempt counting wrong after release / snooze"
+    Incident: rdq's own (the bug that started the project), and "unique violation on retry /
+    reschedule" (river PR #619; pg-boss #492) and "attempt counting wrong after release / snooze"
     (pg-boss PR #759; river #961).
     """
 
@@ -363,17 +367,17 @@ class LeaseExpiredNumberedFromCount(SqliteStorage):
         )
 
 
-# ---- §5.7 a task lost -----------------------------------------------------------------------
+# ---- lost-task ------------------------------------------------------------------------------
 
 
 class ReclaimDropsTask(SqliteStorage):
-    """SPEC §5.7 — a task lost: dropped on a crash.
+    """Bug class ``lost-task`` — a task lost: dropped on a crash.
 
     Before each claim, a sweep "cleans up" the tasks whose worker died — IN_FLIGHT
     with an expired lease — by deleting them (and their history) instead of
     reclaiming them: every task a SIGKILLed or paused worker held is gone.
 
-    Incident: PRIOR-ART.md's "jobs lost or stuck forever after a crash"
+    Incident: "jobs lost or stuck forever after a crash"
     (procrastinate #307; pgqueuer #475; graphile-worker #204, #449; solid_queue #542).
     """
 
@@ -389,7 +393,7 @@ class ReclaimDropsTask(SqliteStorage):
 
 
 class DeadLetterDeletes(SqliteStorage):
-    """SPEC §5.7 — a task lost: deleted on failure, missing from the DLQ."""
+    """Bug class ``lost-task`` — a task lost: deleted on failure, missing from the DLQ."""
 
     def _dead_letter(
         self, task_id: str, token: str, error: ErrorInfo | None, outcome: Outcome
@@ -398,11 +402,11 @@ class DeadLetterDeletes(SqliteStorage):
         self._purge(self._get(task_id).queue, ByIds([task_id]))
 
 
-# ---- §5.8 heartbeat without token check -----------------------------------------------------
+# ---- stale-heartbeat: heartbeat without token check -----------------------------------------
 
 
 class ExtendLeaseIgnoresToken(SqliteStorage):
-    """SPEC §5.8 — a heartbeat extends a lease the worker no longer holds.
+    """Bug class ``stale-heartbeat`` — a heartbeat extends a lease the worker no longer holds.
 
     ``UPDATE tasks SET lease_expires_at = ?, due_at = ? WHERE id = ? AND status =
     'IN_FLIGHT'``, with no ``AND token = ?`` and the row count never looked at: the
@@ -411,7 +415,7 @@ class ExtendLeaseIgnoresToken(SqliteStorage):
     one already finished, acknowledging a heartbeat that changed nothing. Either way the
     zombie is not told to stop. Outcomes stay fenced.
 
-    Incident: PRIOR-ART.md's "stale owner completes after losing its lease" (bull #308:
+    Incident: "stale owner completes after losing its lease" (bull #308:
     one lock token per queue, not per job, so any worker renews any job's lock; bull
     #1243; bullmq #1497) and "job re-picked while still running" (pgqueuer #430).
     """
@@ -429,7 +433,7 @@ class ExtendLeaseIgnoresToken(SqliteStorage):
         return self._write("extend_lease", run)
 
 
-# ---- not a SPEC §5 class ----------------------------------------------------------------------
+# ---- variants the standard chaos suite is not run on ------------------------------------------
 
 
 class RescheduleCompletes(SqliteStorage):
@@ -459,7 +463,7 @@ class _RewritingConnection:
 
 
 class DlqCursorComparesIdsOnly(SqliteStorage):
-    """SPEC §4 DLQ paging — the keyset cursor confuses time and id.
+    """Bug class ``lost-task`` — DLQ paging: the keyset cursor confuses time and id.
 
     Incident: pages are ``ORDER BY dead_at, id`` but the next page asks ``WHERE id >
     $last_id`` (the cursor's dead time read and ignored): right while ids sort in
@@ -484,7 +488,8 @@ class DlqCursorComparesIdsOnly(SqliteStorage):
 
 
 class QueuesBucketed(SqliteStorage):
-    """SPEC §5.9 — queues kept apart by bucket, not by name: two queues of one bucket mix.
+    """Bug class ``wrong-claim-batch`` — queues kept apart by bucket, not by name: two
+    queues of one bucket mix.
 
     Incident: a store that shards queues into hash buckets indexes them by bucket, and
     every statement that selects a queue trusts the bucket (``WHERE bucket(queue) =
@@ -521,7 +526,7 @@ class QueuesBucketed(SqliteStorage):
 
 
 class PendingBeforeExpiredLeases(SplitClaim):
-    """SPEC §5.9 — a claim serves due PENDING tasks before expired leases.
+    """Bug class ``wrong-claim-batch`` — a claim serves due PENDING tasks before expired leases.
 
     Incident: the claim is two queries, ``status = 'PENDING' AND next_attempt_at <= now``
     first and the reclaim of ``lease_expires_at <= now`` only when that came back short:

@@ -1,4 +1,4 @@
-"""The clock-skew fault (issue 14, item 2): worker slots under libfaketime.
+"""The clock-skew fault: worker slots under libfaketime.
 
 - the ``[faults.clock_skew]`` keys are validated, each bad value naming its key;
 - the skews replay from the seed; a slot keeps its skew across respawns;

@@ -1,4 +1,4 @@
-"""A campaign says what it exercised (issue 22): a clock-skew scenario whose handlers all
+"""A campaign says what it exercised: a clock-skew scenario whose handlers all
 finish before the first heartbeat never has a skewed worker heartbeat, so the fault's
 ``storage-clock`` promise is not met; the run fails, naming the rule, and every report
 says "not exercised" instead of "passed". The same scenario with long handlers meets it

@@ -1,4 +1,4 @@
-"""Replica failover (issue 14 item 4): the forwarder that carries "the primary's
+"""Replica failover: the forwarder that carries "the primary's
 address", the scenario's ``[faults.failover]``, the plan's gate, the timeline mark, and
 — on PostgreSQL and Redis from their local binaries — one campaign each with
 asynchronous replication (the checker must find and name what the failover lost) and
@@ -35,7 +35,7 @@ from tests.broken import catalogue
 from tests.chaos._chaos_support import wait_gone
 
 #: The settings a failover loses acknowledged work on, and what must catch it: the
-#: catalogue's (SPEC §5.13).
+#: catalogue's (bug class ``acknowledged-work-lost``).
 _LOSSY = [
     (cfg, c)
     for cfg in catalogue.configurations()

@@ -1,8 +1,8 @@
 """A chaos handler's work is counted in running time: a pause does no work.
 
 A worker SIGSTOPped mid-task must resume with the rest of its task still to do, so that
-its heartbeat thread beats (late) while the handler still runs: SPEC §5.8's bug shows at
-that moment. Counted in wall time, a pause past the handler's length ended the handler
+its heartbeat thread beats (late) while the handler still runs: bug class ``stale-heartbeat``
+shows at that moment. Counted in wall time, a pause past the handler's length ended the handler
 at the resume and the late heartbeat raced the report.
 """
 

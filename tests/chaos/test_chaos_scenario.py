@@ -209,7 +209,7 @@ def test_plan_is_gated_on_the_servers_faults():
 
 def test_server_kills_are_planned_only_on_a_durable_backend():
     """A server that can be killed but keeps nothing would lose acknowledged work by
-    design: no server restart is planned, and the note says why (SPEC §5.13)."""
+    design: no server restart is planned, and the note says why (rule ``durability``)."""
     s = load_scenario(STANDARD)
     plan = plan_faults(
         s, ALL_FAULTS, "the redis server (given DSN)", durability="appendonly no on 127.0.0.1"

@@ -1,5 +1,5 @@
 """``rdq-chaos soak``: N campaigns with seeds drawn from one base seed, on one server,
-and the count of runs that were not ok (issue 22, item 4).
+and the count of runs that were not ok.
 
 On SQLite with the tiny scenario (a few seconds a run): a correct backend's soak exits 0
 with every run ok, each run's seed distinct and replayable; a broken backend's soak

@@ -1,4 +1,4 @@
-"""The deliberately broken stores of SPEC §5, driven through the simulator: each is
+"""Deliberately broken stores (``contract.md#8-bug-classes``), driven through the simulator: each is
 caught by the checker with its rule named, and the same scripts pass on the reference
 store."""
 
@@ -141,7 +141,7 @@ def test_the_same_scripts_pass_on_the_reference_store(script: Any) -> None:
 
 
 def test_a_heartbeat_extending_a_lost_lease_is_caught() -> None:
-    """SPEC §5.8: a backend whose extend_lease ignores the token."""
+    """Bug class stale-heartbeat: a backend whose extend_lease ignores the token."""
 
     class HeartbeatIgnoresToken(broken.MemoryStore):
         def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> Any:

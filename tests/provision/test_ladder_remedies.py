@@ -1,4 +1,4 @@
-"""The remedies a skip prints fit the rungs the backend has (issue 23, item 7): a
+"""The remedies a skip prints fit the rungs the backend has: a
 DSN-only backend is told to pass a DSN, never to install binaries or start Docker."""
 
 from __future__ import annotations

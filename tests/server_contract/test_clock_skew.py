@@ -1,4 +1,4 @@
-"""Every server backend under the clock-skew campaign (issue 14, item 2).
+"""Every server backend under the clock-skew campaign.
 
 - the backend (every time is its server's: ``now()``, ``TIME``, ``$$NOW``,
   ``NOW(6)``) passes it;

@@ -360,7 +360,7 @@ def test_the_local_server_is_declared_durable(
     driver: ServerDriver, local: Server, on_local: Opened
 ) -> None:
     """The local rung's settings make a kill of the server lose no acknowledged write
-    (SPEC §5.13), and the storage says so, naming them."""
+    (rule ``durability``), and the storage says so, naming them."""
     caps = on_local.open().capabilities()
     assert caps.durable is True, caps.durability
     pattern = ladder(driver).durability(local)
@@ -371,7 +371,7 @@ def test_the_local_server_is_declared_durable(
 def test_acknowledged_work_survives_a_kill_of_the_local_server(
     driver: ServerDriver, local: Server, on_local: Opened
 ) -> None:
-    """The conformance suite's durability check (rule durability, SPEC §5.13) on the
+    """The conformance suite's durability check (rule ``durability``) on the
     shared local server: SIGKILLed mid-load, restarted, nothing acknowledged lost."""
     report = run_durability_check(local, on_local.open)
     assert report.ok, f"{report.message}\n({report.summary()})"

@@ -1,7 +1,7 @@
 """rdq's storage SPI on dramatiq 2.2.1's Redis broker: the *storage half* of the adapter
 (imports only the standard library, ``rdq_core``, dramatiq, redis-py and itself).
 
-**The adapter rules** (issue 21), which every line below keeps:
+**The adapter rules**, which every line below keeps:
 
 1. every **write** goes through dramatiq's own functions: ``RedisBroker.enqueue`` (its
    public API), its middleware (Retries, Results) through ``Broker.emit_after`` as the

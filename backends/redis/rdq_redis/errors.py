@@ -12,12 +12,13 @@ No redis-py exception leaves rdq_redis. Everything it raises becomes
   refused as stale). The chaos journal records such a call as ``info`` (unknown), never
   as a failure.
 
-``NOSCRIPT`` never reaches this module (redis-py reloads the script and runs it again;
-the script had not run). ``MOVED``/``ASK`` are followed by redis-py's cluster client.
-A ``CROSSSLOT`` or a Lua error would be a bug in rdq_redis: said so in the message. A
-script refused for reaching a key of another slot, or a key it did not declare (Redis
-Cluster, or the ``rdq_check_keys`` guard anywhere), is moreover marked with the kit's rule
-``cluster-keys`` (``RdqError.rule``, SPEC §5.12), so the kit reports it under that rule.
+``NOSCRIPT`` never reaches this module (redis-py reloads the script and runs it again; the
+script had not run). ``MOVED``/``ASK`` are followed by redis-py's cluster client. A
+``CROSSSLOT`` or a Lua error would be a bug in rdq_redis: said so in the message. A script
+refused for reaching a key of another slot, or a key it did not declare (Redis Cluster, or
+the ``rdq_check_keys`` guard anywhere), is moreover marked with the kit's rule
+``cluster-keys`` (``RdqError.rule``; bug class ``undeclared-keys``), so the kit reports it
+under that rule.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def is_connect_failure(exc: BaseException) -> bool:
 
 
 #: The kit's rule id a script that touches an undeclared or foreign-slot key breaks
-#: (SPEC §5.12); carried by the error as ``RdqError.rule``.
+#: (bug class ``undeclared-keys``); carried by the error as ``RdqError.rule``.
 CLUSTER_KEYS_RULE = "cluster-keys"
 #: What Redis (7.0+, new-style scripts) and redis-py say when a call or a script reaches
 #: keys of several slots, or a key this node does not serve; and what the scripts'

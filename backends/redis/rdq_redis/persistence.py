@@ -1,6 +1,6 @@
 """Whether a Redis server (or every master of a cluster) is **durable**: acknowledged
 writes survive a kill and restart of the server process (``Capabilities.durable``,
-SPEC §5.13). Storage half: redis-py and ``rdq_core`` only.
+rule ``durability``). Storage half: redis-py and ``rdq_core`` only.
 
 Read once per storage and process, by its first ``capabilities()`` call that reaches the
 server (the first enqueue makes one) (:func:`read`): on every

@@ -3,8 +3,9 @@
 A chaos run leaves a **history** (the events of :mod:`rdq_compliance.chaos.events`,
 every journal concatenated) and, after its drain, a **final state** (every task read
 back with ``get()``, and the whole DLQ listing). :func:`check` proves or refutes the
-rules of SPEC §3 on them and returns the violations, each naming the rule broken, the
-task, the workers, the claim tokens and a timeline excerpt of that task.
+rules of the contract (``contract.md#4-rules``) on them and returns the violations, each
+naming the rule broken, the task, the workers, the claim tokens and a timeline excerpt
+of that task.
 
 Everything is decided from the storage's own times (integer microseconds, read from
 the storage's clock and reported in claim and heartbeat events, or kept in the
@@ -14,7 +15,7 @@ clock never ran backwards), and only from what the history proves: an operation 
 unknown (``info``, or an invoke whose process died) is never assumed to have failed,
 nor to have succeeded. A correct backend gives no violation, whatever the faults.
 
-Facts of the contract (SPEC §2, the SPI) the checker relies on:
+Facts of the contract (``contract.md#2-the-model`` and ``#3-the-spi``) the checker relies on:
 
 - a claim stamps ``claimed_at`` and ``lease_expires_at`` on the storage's clock; a
   reclaim (``reclaimed=True``) takes an IN_FLIGHT task whose lease expired and appends
@@ -31,7 +32,7 @@ Facts of the contract (SPEC §2, the SPI) the checker relies on:
 The rules (one public function each; :func:`check` runs them all):
 
 ==================================  =================================================
-:func:`check_mutual_exclusion`      ``one-claim``, ``lease-respected`` (SPEC §3)
+:func:`check_mutual_exclusion`      ``one-claim``, ``lease-respected`` (the one rule)
 :func:`check_reclaim_after_expiry`  ``lease-respected``, ``reclaim-expired``
 :func:`check_lease_expired_recorded` ``lease-expired-recorded``
 :func:`check_history_numbering`     ``history-numbering`` (invariant H)
@@ -43,8 +44,8 @@ The rules (one public function each; :func:`check` runs them all):
 :func:`check_dlq`                   ``dlq-complete``
 :func:`check_terminal_final`        ``terminal-final``
 :func:`check_final_status`          ``transition``
-:func:`check_storage_clock`         ``storage-clock`` (SPEC §2: one storage clock, never
-                                    running backwards in real-time order)
+:func:`check_storage_clock`         ``storage-clock`` (one storage clock, never running
+                                    backwards in real-time order)
 ==================================  =================================================
 
 One assumption goes beyond the contract, and only where the history cannot say more:

@@ -1,15 +1,16 @@
 """Where every task ends: nothing lost, everything drained, the DLQ exact, terminal
 states final and reached by the attempt that made them so.
 
-- ``no-loss`` (SPEC §3, §5.7): every enqueued task still exists (:func:`check_no_loss`);
-- ``drain-complete`` / ``drain-timeout`` (SPEC §3): after the drain every task is
+- ``no-loss`` (bug class ``lost-task``): every enqueued task still exists
+  (:func:`check_no_loss`);
+- ``drain-complete`` / ``drain-timeout``: after the drain every task is
   SUCCEEDED or DEAD (:func:`check_drained`);
 - ``dlq-complete``: the DLQ lists exactly the DEAD tasks, once each, with their whole
   history (:func:`check_dlq`);
-- ``terminal-final`` (SPEC §5.6): SUCCEEDED and DEAD tasks are never claimed again, but
-  for a redrive of a DEAD one (:func:`check_terminal_final`);
-- ``transition`` (SPEC §2): a terminal task's history ends with the attempt that made it
-  so (:func:`check_final_status`).
+- ``terminal-final`` (bug class ``unclaimable-claimed``): SUCCEEDED and DEAD tasks are
+  never claimed again, but for a redrive of a DEAD one (:func:`check_terminal_final`);
+- ``transition`` (``contract.md#statuses-and-their-changes``): a terminal task's history
+  ends with the attempt that made it so (:func:`check_final_status`).
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ FINAL_STATUS = Rule(whole=(_final_status,))
 
 
 def check_no_loss(events: History, final: FinalState) -> list[Violation]:
-    """No task vanishes (rule ``no-loss``, SPEC §3, §5.7).
+    """No task vanishes (rule ``no-loss``, bug class ``lost-task``).
 
     Every id the harness enqueued (``final.enqueued`` and enqueue ``ok`` events) still
     exists: the harness never purges.
@@ -220,7 +221,7 @@ def check_no_loss(events: History, final: FinalState) -> list[Violation]:
 
 
 def check_drained(events: History, final: FinalState) -> list[Violation]:
-    """After the drain every task is SUCCEEDED or DEAD (SPEC §3).
+    """After the drain every task is SUCCEEDED or DEAD.
 
     A task still PENDING or IN_FLIGHT is ``drain-complete`` when the harness saw the
     drain finish (the backend's view disagrees with itself), and ``drain-timeout``

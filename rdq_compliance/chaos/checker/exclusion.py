@@ -1,4 +1,5 @@
-"""Mutual exclusion and lease expiry: the one rule of SPEC §3, and what a reclaim must do.
+"""Mutual exclusion and lease expiry: the one rule of the contract
+(``contract.md#1-the-one-rule-and-what-the-kit-is-for``), and what a reclaim must do.
 
 - ``one-claim``: no two workers hold a live claim on one task, and a claim gets at most
   one outcome (:func:`check_mutual_exclusion`);
@@ -281,7 +282,7 @@ EXPIRIES_RECORDED = Rule(per_task=(_lease_expired_recorded,))
 
 
 def check_mutual_exclusion(events: History, final: FinalState) -> list[Violation]:
-    """No two workers hold a live claim on one task; one outcome per claim (SPEC §3).
+    """No two workers hold a live claim on one task; one outcome per claim (the one rule).
 
     Per task, the successful claims are ordered by ``claimed_at`` (storage time). Claim
     *i*'s lease end is ``max(lease_expires_at at the claim, lease_expires_at of every
@@ -298,7 +299,8 @@ def check_mutual_exclusion(events: History, final: FinalState) -> list[Violation
 
 
 def check_reclaim_after_expiry(events: History, final: FinalState) -> list[Violation]:
-    """A claim is taken over only after its lease expired, and as a reclaim (SPEC §2).
+    """A claim is taken over only after its lease expired, and as a reclaim
+    (``contract.md#claims-leases-and-tokens``).
 
     - ``lease-respected``: the LEASE_EXPIRED attempt of a claim ends (at the reclaim,
       by the storage's record) before that claim's lease end. This catches a stolen
@@ -313,7 +315,8 @@ def check_reclaim_after_expiry(events: History, final: FinalState) -> list[Viola
 
 
 def check_lease_expired_recorded(events: History, final: FinalState) -> list[Violation]:
-    """A LEASE_EXPIRED attempt for every claim that ended without an outcome (SPEC §2-3).
+    """A LEASE_EXPIRED attempt for every claim that ended without an outcome
+    (rule ``lease-expired-recorded``).
 
     A claim with no outcome (none in the history, none acknowledged) that was followed
     by another claim, or whose task is no longer IN_FLIGHT, has a LEASE_EXPIRED attempt

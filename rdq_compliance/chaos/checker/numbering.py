@@ -1,9 +1,10 @@
 """What a task's attempt history must record: its numbering and its executions.
 
-- ``history-numbering`` (invariant H, SPEC §1, §5.4): ``attempt_no`` values are unique
+- ``history-numbering`` (invariant H, ``contract.md#attempts-and-their-numbering``; bug
+  class ``numbering-from-counter``): ``attempt_no`` values are unique
   and strictly increasing over the task's whole existence, redrives included; each
   claim's number is ``max + 1`` of what is persisted (:func:`check_history_numbering`);
-- ``execution-count`` (SPEC §3): no task runs more often than its history records
+- ``execution-count``: no task runs more often than its history records
   attempts, and a claim runs its handler at most once (:func:`check_execution_count`).
 """
 

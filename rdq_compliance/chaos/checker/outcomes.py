@@ -1,9 +1,9 @@
 """Outcomes and heartbeats: fenced by the claim token, and never lost once acknowledged.
 
-- ``fencing`` (SPEC §2, §5.3, §5.8): an outcome or a heartbeat takes effect only with
-  the current token of an IN_FLIGHT task; a reclaim mints a fresh token
-  (:func:`check_fencing`);
-- ``outcome-recorded`` (SPEC §2): an outcome call that was acknowledged is in the
+- ``fencing`` (bug classes ``unfenced-outcome``, ``stale-heartbeat``): an outcome or a
+  heartbeat takes effect only with the current token of an IN_FLIGHT task; a reclaim
+  mints a fresh token (:func:`check_fencing`);
+- ``outcome-recorded``: an outcome call that was acknowledged is in the
   task's history, at its claim (:func:`check_outcomes_recorded`).
 """
 
@@ -177,7 +177,7 @@ OUTCOMES = Rule(per_task=(_outcomes_recorded,))
 
 
 def check_fencing(events: History, final: FinalState) -> list[Violation]:
-    """Outcomes and heartbeats need the current token (rule ``fencing``, SPEC §2).
+    """Outcomes and heartbeats need the current token (rule ``fencing``).
 
     Flagged only when the storage's times prove it:
 

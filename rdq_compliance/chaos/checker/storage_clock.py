@@ -1,16 +1,16 @@
 """``storage-clock``: the storage has one clock, and it does not run backwards.
 
-SPEC §2: due-ness and leases follow *the storage's* clock. Every claim reports the
-storage time it was stamped with (``claimed_at``), every acknowledged heartbeat the new
-expiry (its storage time is the expiry minus the claim's lease, or minus the backend's
-fixed lease, ``FinalState.fixed_lease_us``, when its lease model gives one). If call A was
-acknowledged before call B was invoked — in real time, by the journals' ``t``, which the
-harness keeps true even for a worker whose clock it skews — then one storage clock
-stamped A no later than B. A history where B's storage time is earlier than A's by more
-than :data:`TOLERANCE_US` was not stamped by one clock: typically by each client's
-own (a script with ``now`` in ``ARGV``, a Mongo filter with a client datetime, SQL with a
-client timestamp), which only shows once the clients' clocks disagree — under the
-nemesis's clock skew.
+Due-ness and leases follow *the storage's* clock (``contract.md#the-storage-clock``).
+Every claim reports the storage time it was stamped with (``claimed_at``), every
+acknowledged heartbeat the new expiry (its storage time is the expiry minus the claim's
+lease, or minus the backend's fixed lease, ``FinalState.fixed_lease_us``, when its lease
+model gives one). If call A was acknowledged before call B was invoked — in real time,
+by the journals' ``t``, which the harness keeps true even for a worker whose clock it
+skews — then one storage clock stamped A no later than B. A history where B's storage
+time is earlier than A's by more than :data:`TOLERANCE_US` was not stamped by one clock:
+typically by each client's own (a script with ``now`` in ``ARGV``, a Mongo filter with a
+client datetime, SQL with a client timestamp), which only shows once the clients' clocks
+disagree — under the nemesis's clock skew.
 
 Decided over the whole run, across tasks and workers (a sweep in real-time order). The
 tolerance covers a store whose shards keep their own, NTP-disciplined clocks; a store

@@ -17,9 +17,9 @@ Two things the harness relies on stay true in a skewed worker:
   faked), see :func:`true_time`;
 - its **sleeps**: libfaketime 0.9.10 (Debian 12) breaks ``clock_nanosleep(CLOCK_MONOTONIC,
   TIMER_ABSTIME)`` when the monotonic clock is not faked (it passes a negative time to the
-  kernel: ``time.sleep`` raises ``OSError: [Errno 22]`` on Python >= 3.11; libfaketime
-  issue #426), so a skewed worker replaces ``time.sleep`` with a timed wait on a lock
-  (``sem_clockwait`` on the real monotonic clock), see :func:`patch_sleep`.
+  kernel: ``time.sleep`` raises ``OSError: [Errno 22]`` on Python >= 3.11;
+  ``wolfcw/libfaketime#426``), so a skewed worker replaces ``time.sleep`` with a timed
+  wait on a lock (``sem_clockwait`` on the real monotonic clock), see :func:`patch_sleep`.
 
 :func:`plan_skews` draws each skewed slot's offset and drift from the scenario's seed (a
 pure function); a worker respawned in a skewed slot keeps the slot's skew.

@@ -27,8 +27,8 @@ Both land while tasks are still becoming due (so every kill point occurs):
   expiry), and resumed on time, never held for a reclaim; without a stamp in its
   journal, the pause lasts ``lease * factor``. It wakes while the other workers are
   reclaiming the same tasks. Its outcome,
-  its heartbeat and their reclaim race (SPEC: the holder may still report while nobody
-  has reclaimed; after the reclaim it is refused), where a pause well past the lease
+  its heartbeat and their reclaim race (rule ``fencing``: the holder may still report while
+  nobody has reclaimed; after the reclaim it is refused), where a pause well past the lease
   only ever meets an already reclaimed task.
 
 A killed worker (by the harness or itself) is replaced at once by a fresh process. At

@@ -1,5 +1,6 @@
 """The kit fails broken MongoDB storages, naming the rule and a task the bug hit
-(SPEC §5), and passes the faithful one (the control), on a real wire-protocol server.
+(``contract.md#8-bug-classes``), and passes the faithful one (the control), on a real
+wire-protocol server.
 
 Each variant of :mod:`tests.broken.mongo` (its catching test and rule: the catalogue's,
 :mod:`tests.broken.catalogue`) is run through the conformance suite exactly as a

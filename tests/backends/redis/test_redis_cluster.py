@@ -136,7 +136,7 @@ def test_the_cluster_refuses_a_script_whose_keys_span_slots(client, cluster_ns):
     script = client.register_script(rogue.source())
     with pytest.raises(redis.RedisError, match=r"same slot|CROSSSLOT") as refused:
         script(keys=[a], args=[])
-    # ... and the storage reports that refusal as the rule it breaks (SPEC §5.12)
+    # ... and the storage reports that refusal as the rule it breaks (bug class undeclared-keys)
     mapped = map_error(refused.value, "rogue", "the cluster")
     assert isinstance(mapped, BackendUnavailable) and mapped.rule == "cluster-keys", mapped
     other_node = ResponseError(

@@ -1,7 +1,8 @@
-"""The durability check (SPEC §5.13, rule ``durability``) on servers the kit starts: the
-local rung with AOF and ``appendfsync always`` keeps every acknowledged enqueue, claim and
-outcome through a SIGKILL and restart, on one server and on a 3-master cluster; with
-persistence off the loss is detected and named, not hidden."""
+"""The durability check (rule ``durability``, bug class ``acknowledged-work-lost``) on
+servers the kit starts: the local rung with AOF and ``appendfsync always`` keeps every
+acknowledged enqueue, claim and outcome through a SIGKILL and restart, on one server and
+on a 3-master cluster; with persistence off the loss is detected and named, not
+hidden."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from rdq_compliance.suite.durability import DurabilityReport, run_durability_che
 from tests.broken import catalogue
 
 #: The setting that loses acknowledged work on a restart, and what must say so: the
-#: catalogue's (SPEC §5.13).
+#: catalogue's (bug class ``acknowledged-work-lost``).
 ((NO_PERSISTENCE, CHECK),) = [
     (cfg, c)
     for cfg in catalogue.configurations()

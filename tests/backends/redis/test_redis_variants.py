@@ -1,4 +1,4 @@
-"""The kit fails every broken Redis variant, naming the rule (issue 10, item 4).
+"""The kit fails every broken Redis variant, naming the rule.
 
 For each variant of :mod:`tests.broken.redis` the conformance suite is run against it in a
 pytest subprocess, as a backend author would run it (``pytest

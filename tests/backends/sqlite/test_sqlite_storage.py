@@ -155,7 +155,7 @@ def test_real_clock_is_utc_microseconds(tmp_path):
         assert s.capabilities().max_payload_bytes is None
 
 
-# ---- the SPEC rules that matter most here ----
+# ---- the contract's rules that matter most here ----
 
 
 def test_reclaim_after_redrive_numbers_from_history(store, clock):
