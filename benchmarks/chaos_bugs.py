@@ -1,8 +1,8 @@
-"""Benchmark of the chaos suite as a bug finder: each SPEC §5 class it must catch, once.
+"""Benchmark of the chaos suite as a bug finder: each bug class it must catch, once.
 
 For each broken multi-process backend the standard chaos suite must catch
-(``tests.broken.sqlite:<bug>``, classes 1, 2, 3, 4, 7, 8: the catalogue's,
-``tests/broken/catalogue.py``), runs the kit's proof of it,
+(``tests.broken.sqlite:<bug>``, one per bug class of ``docs/contract.md`` it must catch:
+the catalogue's, ``tests/broken/catalogue.py``), runs the kit's proof of it,
 ``pytest tests/chaos/test_chaos_finds_bugs.py``, one case at a time: the standard chaos
 scenario (unchanged: 8 worker processes, 2,000 tasks, 40 s of faults, then the drain)
 against a fresh SQLite server. It prints a table of the figures each case records: the
@@ -12,7 +12,7 @@ the correct SQLite backend, for reference (``rdq-chaos run SCENARIO --backend sq
 must pass)::
 
     python benchmarks/chaos_bugs.py                    # every class, one after the other
-    python benchmarks/chaos_bugs.py --class 1 --class 4
+    python benchmarks/chaos_bugs.py --class double-claim --class numbering-from-counter
     python benchmarks/chaos_bugs.py --scenario tests/chaos/smoke.toml
 
 How "found after" is measured: see ``tests/chaos/_bug_hunt.py``. Exit status 1 if a
@@ -36,16 +36,17 @@ from _figures import LoadWatch, command, header, history_rows
 from _proof_runs import ROOT, collect, environment, run, table
 
 PROOF = "tests/chaos/test_chaos_finds_bugs.py"
-CASE = re.compile(r"\[class(\d+)-(\w+)\]$")
+#: A case's parameter: ``<bug class id>-<variant>`` (the id has hyphens, the variant none).
+CASE = re.compile(r"\[([a-z0-9]+(?:-[a-z0-9]+)*)-(\w+)\]$")
 
 
-def cases() -> dict[int, str]:
-    """SPEC §5 class -> the proof's node id for it (from its collection)."""
+def cases() -> dict[str, str]:
+    """Bug class id -> the proof's node id for it (from its collection)."""
     out = {}
     for node in collect(PROOF):
         found = CASE.search(node)
         if found:
-            out[int(found[1])] = node
+            out[found[1]] = node
     return out
 
 
@@ -72,8 +73,8 @@ def reference(scenario: str, outdir: Path) -> dict[str, str]:
 
 
 def _label(row: dict[str, str]) -> str:
-    cls = row["class"].removeprefix("§5.")
-    return f"`{row['variant']}`" if cls == "-" else f"§5.{cls} `{row['variant']}`"
+    cls = row["class"]
+    return f"`{row['variant']}`" if cls == "-" else f"`{cls}` `{row['variant']}`"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,10 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--class",
         dest="classes",
-        type=int,
         action="append",
         choices=sorted(known),
-        help="a SPEC §5 class to run (repeatable; default: all)",
+        help="a bug class id to run (repeatable; default: all)",
     )
     ap.add_argument("--scenario", default="standard", help="scenario file or built-in name")
     ap.add_argument(
@@ -108,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     total = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rdq-chaos-bugs-") as tmp:
         base = Path(tmp)
-        for spec_class in args.classes or sorted(known):
-            node = known[spec_class]
-            print(f"§5.{spec_class}: {node} ...", flush=True)
-            keep = Path(args.keep).resolve() / f"class{spec_class}" if args.keep else None
+        for bug_class in args.classes or sorted(known):
+            node = known[bug_class]
+            print(f"{bug_class}: {node} ...", flush=True)
+            keep = Path(args.keep).resolve() / bug_class if args.keep else None
             extra = [f"--basetemp={keep}"] if keep else []
             (case,) = run(node, f"--rdq-chaos-scenario={scenario}", *extra,
-                          junit=base / f"class{spec_class}.xml")  # fmt: skip
+                          junit=base / f"{bug_class}.xml")  # fmt: skip
             if "row" not in case.properties:
                 missed += 1
                 print(f"  NO FIGURES ({case.outcome}): {case.message[:500]}")
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             row = json.loads(case.properties["row"])
             row["load"] = case.load
             rows.append(row)
-            commands.append(command("--class", str(spec_class), "--no-baseline", *scenario_args))
+            commands.append(command("--class", bug_class, "--no-baseline", *scenario_args))
             if row["rule fired"] == "NOT FOUND" or case.outcome != "passed":
                 missed += 1
                 print(f"  {row['rule fired']} ({case.outcome}): rules reported {row['violations']}")

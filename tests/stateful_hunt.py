@@ -1,4 +1,5 @@
-"""Hunting the deliberately broken backends with the stateful machine (SPEC §5).
+"""Hunting the deliberately broken backends with the stateful machine
+(``contract.md#8-bug-classes``).
 
 Shared by the kit's own test (``tests/test_stateful_finds_bugs.py``) and the figures
 script (``benchmarks/stateful_bugs.py``). A hunt runs the machine **from scratch**: no
@@ -33,7 +34,7 @@ SEED = 0
 
 @dataclass(frozen=True)
 class Case:
-    """A broken variant, the SPEC §5 class it stands for, and the rule ids that may name it."""
+    """A broken variant, the bug class it stands for, and the rule ids that may name it."""
 
     variant: str
     bug_class: str
@@ -45,7 +46,7 @@ class Case:
 
 #: The memory variants the machine hunts: the catalogue's (:mod:`tests.broken.catalogue`).
 CASES = [
-    Case(variant.name, variant.title, machine.rules)
+    Case(variant.name, variant.bug_class, machine.rules)
     for variant, machine in catalogue.cases(catalogue.Machine, "memory")
 ]
 

@@ -231,18 +231,18 @@ def test_a_crafted_variant_the_catalogue_does_not_list_is_named():
     # a variant whose class is not named for its bug
     assert naming_problems(
         {"memory": crafted},
-        [catalogue.Variant("memory", "extra_bug", "5.1", "crafted")],
+        [catalogue.Variant("memory", "extra_bug", "double-claim", "crafted")],
     ) == ["tests.broken.memory:extra_bug: tests/broken/memory.py has no class ExtraBug"]
     crafted.ExtraBug = type("ExtraBug", (MemoryStore,), {})  # type: ignore[attr-defined]
     assert naming_problems(
         {"memory": crafted},
-        [catalogue.Variant("memory", "extra_bug", "5.1", "crafted")],
+        [catalogue.Variant("memory", "extra_bug", "double-claim", "crafted")],
     ) == ["tests.broken.memory:extra_bug opens _Extra, not ExtraBug"]
 
 
 def test_the_other_checks_fail_on_a_crafted_catalogue(tmp_path: Path):
     bad = catalogue.Variant(
-        "memory", "limit_ignored", "5.9", "crafted",
+        "memory", "limit_ignored", "wrong-claim-batch", "crafted",
         (catalogue.Machine(frozenset({"no-such-rule"}), by="tests/no_such_test.py"),),
     )  # fmt: skip
     assert rule_problems([bad]) == [

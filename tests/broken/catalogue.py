@@ -22,11 +22,13 @@ layer                        proof (reads :func:`cases`)
 ===========================  =====================================================
 
 A bug has one name on every store (the backend attribute, ``tests.broken.<store>:<name>``;
-its storage class is the same name in CamelCase). The classes are SPEC §5's thirteen,
-then the extras the kit's tests hold (data round-trip, state machine, SPI input and
-housekeeping, a crashing read, and calls left unanswered by a fault). A variant a layer
-is not expected to catch says why in ``excused``. SPEC §5.13 is a setting of a real
-backend (asynchronous replication, no persistence), not code: :class:`Configuration`.
+its storage class is the same name in CamelCase). The classes are keyed by the ids of the
+contract's bug classes (``docs/contract.md``, section 8, "Bug classes"), which lists the
+same classes with the rules that catch each: the rules of :attr:`BugClass.rules`
+(``tests/test_contract_doc.py`` fails when the two disagree). A variant a layer is not
+expected to catch says why in ``excused``. ``acknowledged-work-lost`` is a setting of a
+real backend (asynchronous replication, no persistence), not code:
+:class:`Configuration`.
 
 ``python -m tests.broken.catalogue`` prints the catalogue as JSON.
 """
@@ -174,7 +176,7 @@ class Variant:
 
     store: str
     name: str
-    bug_class: str  # the key of its class ("5.1", ..., "extra-...")
+    bug_class: str  # the id of its class (``docs/contract.md``, "Bug classes")
     title: str  # the bug, in one line
     catches: tuple[Catch, ...] = ()
     excused: Mapping[str, str] = field(default_factory=dict)  # layer -> why not there
@@ -183,12 +185,6 @@ class Variant:
     def dotted(self) -> str:
         """The name the kit is given: ``--rdq-backend=tests.broken.<store>:<name>``."""
         return f"tests.broken.{self.store}:{self.name}"
-
-    @property
-    def spec_class(self) -> int | None:
-        """The SPEC §5 class number (None for an extra class)."""
-        major, _, minor = self.bug_class.partition(".")
-        return int(minor) if major == "5" and minor.isdigit() else None
 
     @property
     def rules(self) -> frozenset[str]:
@@ -238,10 +234,24 @@ class Control:
 
 @dataclass(frozen=True)
 class BugClass:
+    """A bug class of the contract (``key``: its id there) and its broken backends."""
+
     key: str
     title: str
     variants: tuple[Variant, ...] = ()
     configurations: tuple[Configuration, ...] = ()
+
+    @property
+    def rules(self) -> frozenset[str]:
+        """Every rule id a layer's catch of one of its variants or configurations names:
+        the rules the contract lists for the class."""
+        out: set[str] = set()
+        for v in self.variants:
+            out |= v.rules
+        for cfg in self.configurations:
+            for c in cfg.catches:
+                out |= set(c.rules)
+        return frozenset(out)
 
 
 @dataclass(frozen=True)
@@ -350,10 +360,11 @@ LOSS_RULES = frozenset(
 
 CLASSES: tuple[BugClass, ...] = (
     BugClass(
-        "5.1",
+        "double-claim",
         "Claim without a row lock / check-then-act claim: two workers get one task",
         _bug(
-            "5.1", "check_then_act_claim", "§5.1 check-then-act claim: two workers get one task",
+            "double-claim", "check_then_act_claim",
+            "check-then-act claim: two workers get one task",
             memory=(
                 _kit({"test_exclusive.py::test_threads_never_share_a_claim": "one-claim"}),
                 _m("one-claim"),
@@ -370,11 +381,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.2",
+        "live-lease-stolen",
         "Reclaim ignoring lease_expires_at: a live lease is stolen",
         _bug(
-            "5.2", "reclaim_ignores_lease",
-            "§5.2 reclaim ignoring lease_expires_at: a live lease is stolen",
+            "live-lease-stolen", "reclaim_ignores_lease",
+            "reclaim ignoring lease_expires_at: a live lease is stolen",
             memory=(
                 _kit(
                     {
@@ -397,10 +408,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.3",
+        "unfenced-outcome",
         "Outcome accepted without checking the token: a stale worker overwrites the result",
         _bug(
-            "5.3", "outcome_ignores_token", "§5.3 outcome accepted without checking the token",
+            "unfenced-outcome", "outcome_ignores_token",
+            "outcome accepted without checking the token",
             memory=(
                 _kit(
                     {
@@ -421,16 +433,16 @@ CLASSES: tuple[BugClass, ...] = (
             mongo=Suite(MONGO_SUITE, {_STALE: "fencing"}),
         )
         + _bug(
-            "5.3", "token_not_rotated_on_reclaim",
-            "§5.3 (extra) reclaim keeps the expired claim's token: fencing silently off",
+            "unfenced-outcome", "token_not_rotated_on_reclaim",
+            "reclaim keeps the expired claim's token: fencing silently off",
             memory=(
                 _kit({f"{_STALE}[complete-reclaimed]": "fencing", _EXPIRED: "reclaim-expired"}),
                 _m("fencing"),
             ),
         )
         + _bug(
-            "5.3", "reclaim_overwrites_late_outcome",
-            "§2/§5.3 (extra) reclaim reads without a lock and saves unguarded: a late "
+            "unfenced-outcome", "reclaim_overwrites_late_outcome",
+            "reclaim reads without a lock and saves unguarded: a late "
             "outcome committed between is overwritten",
             memory=_late(_kit({_LATE: _OVERWRITTEN})),
             sqlite=_late(Suite(STORE_SUITE, {_LATE: _OVERWRITTEN})),
@@ -439,8 +451,8 @@ CLASSES: tuple[BugClass, ...] = (
             mongo=_late(Suite(MONGO_SUITE, {_LATE: _OVERWRITTEN})),
         )
         + _bug(
-            "5.3", "outcome_fenced_by_clock",
-            "§2/§5.3 (extra) fencing by clock, not token: a late worker's result is refused",
+            "unfenced-outcome", "outcome_fenced_by_clock",
+            "fencing by clock, not token: a late worker's result is refused",
             memory=(
                 _kit({"test_lease.py::test_expired_worker_can_still_report_until_reclaimed": (
                     "fencing"
@@ -450,11 +462,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.4",
+        "numbering-from-counter",
         "LEASE_EXPIRED numbered from attempt_count: after a redrive the reclaim is wedged",
         _bug(
-            "5.4", "lease_expired_numbered_from_count",
-            "§5.4 LEASE_EXPIRED numbered from attempt_count: redriven task wedged (UNIQUE)",
+            "numbering-from-counter", "lease_expired_numbered_from_count",
+            "LEASE_EXPIRED numbered from attempt_count: redriven task wedged (UNIQUE)",
             memory=(
                 _kit(
                     {
@@ -470,8 +482,8 @@ CLASSES: tuple[BugClass, ...] = (
             mongo=Suite(MONGO_SUITE, {_RECLAIM_AFTER_REDRIVE: "history-numbering"}),
         )
         + _bug(
-            "5.4", "reclaim_without_lease_expired_attempt",
-            "§2/§5.4 (extra) reclaim records no LEASE_EXPIRED attempt",
+            "numbering-from-counter", "reclaim_without_lease_expired_attempt",
+            "reclaim records no LEASE_EXPIRED attempt",
             memory=(_kit({_EXPIRED: "reclaim-expired"}), _m("reclaim-expired")),
             redis=Suite(
                 REDIS_SUITE,
@@ -485,32 +497,32 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.4", "reclaim_in_two_writes",
-            "§2/§5.4 (extra) the reclaim's LEASE_EXPIRED attempt written by a second write",
+            "numbering-from-counter", "reclaim_in_two_writes",
+            "the reclaim's LEASE_EXPIRED attempt written by a second write",
             mongo=Suite(MONGO_SUITE, {_EXPIRED: "reclaim-expired"}),
         ),
     ),
     BugClass(
-        "5.5",
+        "bad-redrive",
         "Redrive that resets history, keeps attempt_count, or leaves the task not due",
         _bug(
-            "5.5", "redrive_resets_history", "§5.5 redrive resets history",
+            "bad-redrive", "redrive_resets_history", "redrive resets history",
             memory=(_kit({_REDRIVEN: "redrive"}), _m("redrive")),
         )
         + _bug(
-            "5.5", "redrive_keeps_attempt_count", "§5.5 redrive keeps attempt_count",
+            "bad-redrive", "redrive_keeps_attempt_count", "redrive keeps attempt_count",
             memory=(_kit({_REDRIVEN: "redrive"}), _m("redrive")),
         )
         + _bug(
-            "5.5", "redrive_leaves_not_due", "§5.5 redrive leaves the task not due",
+            "bad-redrive", "redrive_leaves_not_due", "redrive leaves the task not due",
             memory=(
                 _kit({f"{_REDRIVEN}[one-failure]": "redrive", f"{_REDRIVEN}[retried]": "redrive"}),
                 _m("redrive"),
             ),
         )
         + _bug(
-            "5.5", "redrive_any_status",
-            "§5.5/§4 (extra) redrive by ids touches tasks that are not DEAD",
+            "bad-redrive", "redrive_any_status",
+            "redrive by ids touches tasks that are not DEAD",
             memory=(
                 _kit({"test_redrive_purge.py::"
                       "test_redrive_by_ids_changes_only_the_selected_dead_tasks": "redrive"}),
@@ -519,10 +531,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.6",
+        "unclaimable-claimed",
         "Tasks claimed before next_attempt_at, or SUCCEEDED/DEAD tasks claimed again",
         _bug(
-            "5.6", "claims_before_due", "§5.6 PENDING tasks claimed before next_attempt_at",
+            "unclaimable-claimed", "claims_before_due",
+            "PENDING tasks claimed before next_attempt_at",
             memory=(
                 _kit(
                     {
@@ -536,7 +549,7 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.6", "claims_terminal_tasks", "§5.6 SUCCEEDED/DEAD tasks claimed again",
+            "unclaimable-claimed", "claims_terminal_tasks", "SUCCEEDED/DEAD tasks claimed again",
             memory=(
                 _kit({"test_claim.py::test_succeeded_and_dead_tasks_are_never_claimed_again": (
                     "terminal-final"
@@ -545,8 +558,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.6", "reschedule_ignores_delay",
-            "§5.6 (extra) reschedule ignores its delay: the task is due at once",
+            "unclaimable-claimed", "reschedule_ignores_delay",
+            "reschedule ignores its delay: the task is due at once",
             memory=(
                 _kit({"test_transitions.py::"
                       "test_reschedule_returns_the_task_to_pending_due_after_the_delay": (
@@ -557,10 +570,10 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.7",
+        "lost-task",
         "A task lost: deleted on failure, dropped on a crash, or missing from the DLQ",
         _bug(
-            "5.7", "reschedule_deletes_task", "§5.7 task lost: deleted on failure",
+            "lost-task", "reschedule_deletes_task", "task lost: deleted on failure",
             memory=(
                 _kit(
                     {
@@ -579,13 +592,13 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.7", "expired_leases_never_reclaimed",
-            "§5.7 task lost: dropped on a crash (an expired lease is never reclaimed)",
+            "lost-task", "expired_leases_never_reclaimed",
+            "task lost: dropped on a crash (an expired lease is never reclaimed)",
             memory=(_kit({_EXPIRED: "reclaim-expired"}), _m("reclaim-expired")),
         )
         + _bug(
-            "5.7", "dlq_misses_retryable_deaths",
-            "§5.7 task lost: DEAD but missing from the DLQ (budget-exhausted deaths hidden)",
+            "lost-task", "dlq_misses_retryable_deaths",
+            "task lost: DEAD but missing from the DLQ (budget-exhausted deaths hidden)",
             memory=(
                 _kit({"test_dlq.py::test_dlq_lists_every_dead_task_with_its_whole_history": (
                     "no-loss"
@@ -594,8 +607,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.7", "dlq_drops_first_task",
-            "§5.7 task lost: DEAD but missing from the DLQ (oldest never listed)",
+            "lost-task", "dlq_drops_first_task",
+            "task lost: DEAD but missing from the DLQ (oldest never listed)",
             memory=(
                 _kit(
                     {
@@ -612,8 +625,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.7", "dlq_page_boundary_skip",
-            "§4/§5.7 (extra) DLQ paging skips one task per page boundary",
+            "lost-task", "dlq_page_boundary_skip",
+            "DLQ paging skips one task per page boundary",
             memory=(
                 _kit(
                     {
@@ -631,8 +644,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.7", "dlq_cursor_compares_ids_only",
-            "§4/§5.7 (extra) the DLQ's keyset cursor compares ids, not (dead time, id)",
+            "lost-task", "dlq_cursor_compares_ids_only",
+            "the DLQ's keyset cursor compares ids, not (dead time, id)",
             memory=_excused(
                 _kit({_DLQ_ORDER: "dlq-paging"}),
                 machine="the machine's drawn ids find it too (it failed the variant in the "
@@ -643,7 +656,7 @@ CLASSES: tuple[BugClass, ...] = (
             postgres=Suite(STORE_SUITE, {_DLQ_ORDER: "dlq-paging"}),
         )
         + _bug(
-            "5.7", "purge_any_status", "§5.7 (extra) task lost: purge by ids deletes live tasks",
+            "lost-task", "purge_any_status", "task lost: purge by ids deletes live tasks",
             memory=(
                 _kit({"test_redrive_purge.py::"
                       "test_purge_by_ids_deletes_only_the_selected_dead_tasks": "purge"}),
@@ -651,13 +664,13 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.7", "reclaim_drops_task",
-            "§5.7 task lost: dropped on a crash (expired claims deleted, not reclaimed)",
+            "lost-task", "reclaim_drops_task",
+            "task lost: dropped on a crash (expired claims deleted, not reclaimed)",
             sqlite=_standard("no-loss"),
         )
         + _bug(
-            "5.7", "dead_letter_deletes",
-            "§5.7 task lost: deleted when dead-lettered, missing from the DLQ",
+            "lost-task", "dead_letter_deletes",
+            "task lost: deleted when dead-lettered, missing from the DLQ",
             sqlite=(
                 Campaign("tests/test_pytest_report.py", "tests/chaos/tiny.toml", ("no-loss",)),
                 Campaign("tests/chaos/test_chaos_campaign.py", "tests/chaos/smoke.toml", ()),
@@ -665,11 +678,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.8",
+        "stale-heartbeat",
         "Heartbeat that extends a lease the worker no longer holds",
         _bug(
-            "5.8", "extend_lease_ignores_token",
-            "§5.8 heartbeat extends a lease the worker no longer holds",
+            "stale-heartbeat", "extend_lease_ignores_token",
+            "heartbeat extends a lease the worker no longer holds",
             memory=(
                 _kit(
                     {
@@ -683,10 +696,10 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.9",
+        "wrong-claim-batch",
         "Limit ignored, queues not isolated, ordering by due time ignored",
         _bug(
-            "5.9", "limit_ignored", "§5.9 limit ignored",
+            "wrong-claim-batch", "limit_ignored", "limit ignored",
             memory=(
                 _kit({"test_claim.py::test_claim_returns_exactly_limit_when_more_are_due": (
                     "claim-limit"
@@ -695,7 +708,7 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.9", "queues_not_isolated", "§5.9 queues not isolated",
+            "wrong-claim-batch", "queues_not_isolated", "queues not isolated",
             memory=(
                 _kit({"test_claim.py::test_claim_takes_only_tasks_of_its_own_queue": (
                     "queue-isolation"
@@ -704,8 +717,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.9", "queues_bucketed",
-            "§5.9 (extra) queues kept apart by hash bucket, not by name: two of one bucket mix",
+            "wrong-claim-batch", "queues_bucketed",
+            "queues kept apart by hash bucket, not by name: two of one bucket mix",
             # the memory variant names its neighbour queues, and the machine plays on two of
             # them; the SQLite and PostgreSQL variants name none (the suite's spread names)
             memory=(_kit({_NEIGHBOURS: "queue-isolation"}), _m("queue-isolation")),
@@ -713,8 +726,8 @@ CLASSES: tuple[BugClass, ...] = (
             postgres=Suite(STORE_SUITE, {_NEIGHBOURS: "queue-isolation"}),
         )
         + _bug(
-            "5.9", "pending_before_expired_leases",
-            "§5.9 (extra) due PENDING tasks served before expired leases",
+            "wrong-claim-batch", "pending_before_expired_leases",
+            "due PENDING tasks served before expired leases",
             memory=_excused(
                 _kit({_INTERLEAVED: "claim-order"}),
                 machine="not proved here: the conformance test is the one written for it",
@@ -723,7 +736,7 @@ CLASSES: tuple[BugClass, ...] = (
             postgres=Suite(STORE_SUITE, {_INTERLEAVED: "claim-order"}),
         )
         + _bug(
-            "5.9", "newest_first", "§5.9 ordering by due time ignored (newest first)",
+            "wrong-claim-batch", "newest_first", "ordering by due time ignored (newest first)",
             memory=(
                 _kit({"test_claim.py::test_claims_come_out_oldest_due_first": "claim-order"}),
                 _m("claim-order"),
@@ -731,10 +744,10 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.10",
+        "enqueue-not-idempotent",
         "Enqueue that resets an existing task, or accepts one id in two queues",
         _bug(
-            "5.10", "enqueue_resets_existing", "§5.10 enqueue resets an existing task",
+            "enqueue-not-idempotent", "enqueue_resets_existing", "enqueue resets an existing task",
             memory=(
                 _kit({"test_enqueue.py::test_re_enqueue_changes_nothing_whatever_the_state": (
                     "enqueue-idempotent"
@@ -743,7 +756,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "5.10", "enqueue_id_in_two_queues", "§5.10 enqueue accepts one id in two queues",
+            "enqueue-not-idempotent", "enqueue_id_in_two_queues",
+            "enqueue accepts one id in two queues",
             memory=(
                 _kit({"test_enqueue.py::test_same_id_in_another_queue_raises_id_conflict": (
                     "enqueue-idempotent"
@@ -753,11 +767,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.11",
+        "worker-clock",
         "Time taken from the worker's clock instead of the storage's",
         _bug(
-            "5.11", "client_clock",
-            "§5.11 time taken from the client's clock, not the storage's",
+            "worker-clock", "client_clock",
+            "time taken from the client's clock, not the storage's",
             memory=(
                 _kit({"test_claim.py::test_claim_stamps_the_lease_from_the_storage_clock": (
                     "storage-clock"
@@ -780,11 +794,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.12",
+        "undeclared-keys",
         "A server-side script that touches keys it did not declare: fails on a cluster",
         _bug(
-            "5.12", "undeclared_key_enqueue",
-            "§5.12 a script touches a key not in KEYS (the id index, in ARGV)",
+            "undeclared-keys", "undeclared_key_enqueue",
+            "a script touches a key not in KEYS (the id index, in ARGV)",
             redis=(
                 Suite(REDIS_SUITE, _CLUSTER_KEYS, where="cluster"),
                 Suite(REDIS_SUITE, _CLUSTER_KEYS, where="guard"),
@@ -793,12 +807,12 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "5.13",
+        "acknowledged-work-lost",
         "Acknowledged work lost when the server restarts or fails over",
         configurations=(
             Configuration(
-                "postgres", "acknowledged_work_lost_on_failover", "5.13",
-                "§5.13 asynchronous replication: a failover loses acknowledged work",
+                "postgres", "acknowledged_work_lost_on_failover", "acknowledged-work-lost",
+                "asynchronous replication: a failover loses acknowledged work",
                 {"pg_replica": "async"}, {"pg_replica": "sync"},
                 (
                     Campaign(
@@ -808,8 +822,8 @@ CLASSES: tuple[BugClass, ...] = (
                 ),
             ),
             Configuration(
-                "redis", "acknowledged_work_lost_on_failover", "5.13",
-                "§5.13 asynchronous replication: a failover loses acknowledged work",
+                "redis", "acknowledged_work_lost_on_failover", "acknowledged-work-lost",
+                "asynchronous replication: a failover loses acknowledged work",
                 {"redis_replica": "async"}, {"redis_replica": "wait"},
                 (
                     Campaign(
@@ -819,20 +833,19 @@ CLASSES: tuple[BugClass, ...] = (
                 ),
             ),
             Configuration(
-                "redis", "acknowledged_work_lost_on_restart", "5.13",
-                "§5.13 no persistence: a restart loses acknowledged work",
+                "redis", "acknowledged_work_lost_on_restart", "acknowledged-work-lost",
+                "no persistence: a restart loses acknowledged work",
                 {"redis_persistence": "none"}, {"redis_persistence": "aof"},
                 (DurabilityCheck("tests/backends/redis/test_redis_durability.py"),),
             ),
         ),
     ),
-    # ---- beyond SPEC §5 ------------------------------------------------------------------------
     BugClass(
-        "extra-data",
-        "§1 data: what is enqueued comes back byte for byte",
+        "payload-altered",
+        "What is enqueued does not come back byte for byte",
         _bug(
-            "extra-data", "payload_truncated_at_nul",
-            "§1 (extra) payload cut at the first NUL byte",
+            "payload-altered", "payload_truncated_at_nul",
+            "payload cut at the first NUL byte",
             memory=(
                 _kit({"test_enqueue.py::test_payload_bytes_round_trip": "round-trip"}),
                 _m("round-trip"),
@@ -840,11 +853,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "extra-transitions",
-        "§2 state machine: a transition that records or returns the wrong thing",
+        "wrong-transition",
+        "A claim, outcome or heartbeat that makes the wrong state change",
         _bug(
-            "extra-transitions", "complete_records_no_attempt",
-            "§2 (extra) complete records no SUCCESS attempt",
+            "wrong-transition", "complete_records_no_attempt",
+            "complete records no SUCCESS attempt",
             memory=(
                 _kit({"test_transitions.py::test_complete_makes_the_task_succeeded": (
                     "transition"
@@ -853,8 +866,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "extra-transitions", "claim_stops_short",
-            "§2 (extra) a batch claim returns one task whatever the limit",
+            "wrong-transition", "claim_stops_short",
+            "a batch claim returns one task whatever the limit",
             memory=(
                 _kit(
                     {
@@ -870,8 +883,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "extra-transitions", "heartbeat_keeps_the_claims_lease",
-            "§2 (extra) a heartbeat renews the claim's lease, not the one it asks for",
+            "wrong-transition", "heartbeat_keeps_the_claims_lease",
+            "a heartbeat renews the claim's lease, not the one it asks for",
             memory=(
                 _kit(
                     {
@@ -884,8 +897,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "extra-transitions", "reschedule_completes",
-            "§2 (extra) a retryable failure recorded as a success",
+            "wrong-transition", "reschedule_completes",
+            "a retryable failure recorded as a success",
             sqlite=_excused(
                 campaign="no test of the kit runs it yet: a variant kept ready for the chaos "
                 "checker (a retry reported, a success recorded)",
@@ -893,10 +906,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "extra-spi",
-        "§4 the SPI: input validation, stats, the DLQ view, selectors, housekeeping",
+        "bad-spi-call",
+        "Another SPI call does the wrong thing: input, stats, the DLQ view, selectors, "
+        "housekeeping",
         _bug(
-            "extra-spi", "enqueue_skips_validation", "§4 (extra) enqueue skips input validation",
+            "bad-spi-call", "enqueue_skips_validation", "enqueue skips input validation",
             memory=_excused(
                 _kit(
                     {
@@ -910,20 +924,20 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "extra-spi", "stats_across_queues", "§4 (extra) stats count every queue",
+            "bad-spi-call", "stats_across_queues", "stats count every queue",
             memory=(_kit({"test_stats.py::test_stats_are_per_queue": "stats"}), _m("stats")),
         )
         + _bug(
-            "extra-spi", "dlq_browse_is_a_receive",
-            "§4 (extra) listing the DLQ changes the tasks it lists",
+            "bad-spi-call", "dlq_browse_is_a_receive",
+            "listing the DLQ changes the tasks it lists",
             memory=(
                 _kit({"test_dlq.py::test_dlq_listing_does_not_change_tasks": "dlq-paging"}),
                 _m("dlq-paging"),
             ),
         )
         + _bug(
-            "extra-spi", "empty_filter_means_everything",
-            "§4 (extra) an empty selector selects every dead task",
+            "bad-spi-call", "empty_filter_means_everything",
+            "an empty selector selects every dead task",
             memory=(
                 _kit(
                     {
@@ -937,8 +951,8 @@ CLASSES: tuple[BugClass, ...] = (
             ),
         )
         + _bug(
-            "extra-spi", "purge_succeeded_ignores_age",
-            "§4 (extra) purge_succeeded deletes recent results",
+            "bad-spi-call", "purge_succeeded_ignores_age",
+            "purge_succeeded deletes recent results",
             memory=(
                 _kit({"test_stats.py::test_purge_succeeded_keeps_tasks_younger_than_older_than": (
                     "purge-succeeded"
@@ -948,11 +962,11 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "extra-read",
+        "failing-read",
         "A read that fails: the machine's catch-all (model-equivalence)",
         _bug(
-            "extra-read", "get_fails_after_redrive",
-            "(machine only) get raises a driver error after a redrive",
+            "failing-read", "get_fails_after_redrive",
+            "get raises a driver error after a redrive",
             memory=_excused(
                 _m("model-equivalence"),
                 suite="no conformance rule is about a crashing read: only the machine's "
@@ -961,10 +975,10 @@ CLASSES: tuple[BugClass, ...] = (
         ),
     ),
     BugClass(
-        "extra-unanswered",
+        "unanswered-call-applied",
         "A call the server left unanswered taken as applied: only one fault exposes it",
         _bug(
-            "extra-unanswered", "acks_timed_out_reports",
+            "unanswered-call-applied", "acks_timed_out_reports",
             "an outcome report unanswered for 1 s taken as applied (only a server freeze)",
             **{
                 s: Campaign(
@@ -975,7 +989,7 @@ CLASSES: tuple[BugClass, ...] = (
             },
         )
         + _bug(
-            "extra-unanswered", "hb_timeout_taken_as_extended",
+            "unanswered-call-applied", "hb_timeout_taken_as_extended",
             "a heartbeat unanswered for 0.4 s taken as applied (only a network partition)",
             **{
                 s: Campaign(

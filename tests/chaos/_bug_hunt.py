@@ -1,5 +1,5 @@
-"""The SPEC §5 bug classes hunted by the standard chaos suite: the cases, one run, and how
-long each bug took to be found.
+"""The bug classes the standard chaos suite hunts (``contract.md#8-bug-classes``): the
+cases, one run, and how long each bug took to be found.
 
 Used by ``test_chaos_finds_bugs.py`` (and so by ``benchmarks/chaos_bugs.py``, which runs
 that test). A case is a broken multi-process backend of :mod:`tests.broken.sqlite` and the
@@ -57,9 +57,9 @@ _REPORTS = frozenset({"heartbeat", "complete", "reschedule", "dead_letter"})
 
 @dataclass(frozen=True)
 class BugCase:
-    """One SPEC §5 class: its broken backend and the rules that must name it."""
+    """One bug class (its id): its broken backend and the rules that must name it."""
 
-    spec_class: int
+    bug_class: str
     attr: str  # attribute of tests.broken.sqlite
     rules: tuple[str, ...]  # the run must report at least one of these (first: the main one)
     breaks: str
@@ -71,14 +71,13 @@ class BugCase:
 
 #: The sqlite variants the standard chaos suite must catch: the catalogue's.
 CASES: tuple[BugCase, ...] = tuple(
-    BugCase(variant.spec_class, variant.name, campaign.rules, variant.title)
+    BugCase(variant.bug_class, variant.name, campaign.rules, variant.title)
     for variant, campaign in catalogue.cases(catalogue.Campaign, "sqlite", by=catalogue.STANDARD)
-    if variant.spec_class is not None
 )
 
 
-def case(spec_class: int) -> BugCase:
-    return next(c for c in CASES if c.spec_class == spec_class)
+def case(bug_class: str) -> BugCase:
+    return next(c for c in CASES if c.bug_class == bug_class)
 
 
 # ---- when the history first shows a violation --------------------------------------------------
@@ -208,7 +207,7 @@ class Hunt:
         first = self.first
         r = self.result
         return {
-            "class": f"§5.{self.case.spec_class}",
+            "class": self.case.bug_class,
             "variant": self.case.attr,
             "rule fired": first.rule if first else "NOT FOUND",
             "violations": f"{len(r.violations)} ("

@@ -1,22 +1,26 @@
-"""The standard chaos suite finds the SPEC §5 bug classes, naming the rule.
+"""The standard chaos suite finds the bug classes it must catch, naming the rule.
 
-For each of classes 1, 2, 3, 4, 7 and 8, a broken multi-process backend
-(``tests.broken.sqlite``: the SQLite backend with one piece done the way a real queue
-once got it wrong) goes through the built-in ``standard`` scenario, its budget unchanged
-(8 worker processes, 2,000 tasks, 40 s of faults, a 60 s drain), exactly as
-``pytest --rdq-backend=... -m chaos`` would run it. The run must report violations, one
-of them of the rule that class breaks, naming the task and the workers; how long after
-the campaign's start the history first showed the bug ("found after", see
-``tests.chaos._bug_hunt``) and the run's whole time are printed and recorded as test properties.
+For each of the bug classes ``double-claim``, ``live-lease-stolen``,
+``unfenced-outcome``, ``numbering-from-counter``, ``lost-task`` and ``stale-heartbeat``
+(``contract.md``, "Bug classes"; the catalogue's campaigns on the standard scenario), a
+broken multi-process backend (``tests.broken.sqlite``: the SQLite backend with one piece
+done the way a real queue once got it wrong) goes through the built-in ``standard``
+scenario, its budget unchanged (8 worker processes, 2,000 tasks, 40 s of faults, a 60 s
+drain), exactly as ``pytest --rdq-backend=... -m chaos`` would run it. The run must
+report violations, one of them of the rule that class breaks, naming the task and the
+workers; how long after the campaign's start the history first showed the bug ("found
+after", see ``tests.chaos._bug_hunt``) and the run's whole time are printed and recorded
+as test properties.
 
-Class 4 needs a redriven task to lose its lease: the standard workload's poison tasks
-(overrun on every attempt, so dead-lettered by lease expiries, redriven, and expired
-again) make that happen on every run; a kill that lands on a redriven task does too.
+``numbering-from-counter`` needs a redriven task to lose its lease: the standard
+workload's poison tasks (overrun on every attempt, so dead-lettered by lease expiries,
+redriven, and expired again) make that happen on every run; a kill that lands on a
+redriven task does too.
 
-Cost: about 45 s per class (class 4 waits out the 60 s drain timeout: ~100 s), ~5.5 min
-in all, ~3.5 min with ``-n 2``. ``--rdq-chaos-scenario`` runs another scenario instead.
-``python benchmarks/chaos_bugs.py`` runs this module and tabulates the line each case
-records (BENCHMARKS.md, "Chaos suite: bug classes found").
+Cost: about 45 s per class (``numbering-from-counter`` waits out the 60 s drain timeout:
+~100 s), ~5.5 min in all, ~3.5 min with ``-n 2``. ``--rdq-chaos-scenario`` runs another
+scenario instead. ``python benchmarks/chaos_bugs.py`` runs this module and tabulates the
+line each case records (BENCHMARKS.md, "Chaos suite: bug classes found").
 """
 
 from __future__ import annotations
@@ -45,16 +49,16 @@ def _class_specific(hunt: bugs.Hunt, where: str) -> None:
     found = hunt.first
     assert found is not None
     v = found.violation
-    spec_class = hunt.case.spec_class
-    if spec_class in (1, 2):  # two claims of one task, both live
+    bug_class = hunt.case.bug_class
+    if bug_class in ("double-claim", "live-lease-stolen"):  # two claims of one task, both live
         assert len(v.tokens) == 2 and len(set(v.tokens)) == 2, f"{v}\n{where}"
-    if spec_class == 1:
+    if bug_class == "double-claim":
         assert len(set(v.workers)) == 2, f"two workers got one task: {v}\n{where}"
-    if spec_class == 3:
+    if bug_class == "unfenced-outcome":
         assert any(op in v.message for op in ("complete", "reschedule", "dead_letter")), v
-    if spec_class == 8:
+    if bug_class == "stale-heartbeat":
         assert "heartbeat" in v.message, v
-    if spec_class == 4:
+    if bug_class == "numbering-from-counter":
         # the cause: reclaims refused by UNIQUE(task_id, attempt_no) ...
         events = read_history((hunt.result.outdir / "history").glob("w*.jsonl"))
         refused = [
@@ -76,12 +80,12 @@ def _class_specific(hunt: bugs.Hunt, where: str) -> None:
         }
         assert stuck, f"no redriven task named as wedged IN_FLIGHT; {where}"
         assert not hunt.result.drained
-    if spec_class == 7:
+    if bug_class == "lost-task":
         assert hunt.result.tasks["missing"] > 0, hunt.result.tasks
         assert bugs.final_state(hunt.result)[v.task]["status"] == "MISSING"  # get() says so
 
 
-@pytest.mark.parametrize("bug", bugs.CASES, ids=lambda b: f"class{b.spec_class}-{b.attr}")
+@pytest.mark.parametrize("bug", bugs.CASES, ids=lambda b: f"{b.bug_class}-{b.attr}")
 def test_the_standard_chaos_suite_finds_the_bug_class(
     bug: bugs.BugCase,
     tmp_path,
@@ -100,9 +104,9 @@ def test_the_standard_chaos_suite_finds_the_bug_class(
     assert r.checker_error is None, f"{r.checker_error}; {where}"
     assert r.checked, f"the history was not checked; {where}"
     assert r.workers_left == [], f"worker processes left running: {r.workers_left}"
-    assert r.violations, f"§5.{bug.spec_class} ({bug.breaks}) was not found; {where}"
+    assert r.violations, f"{bug.bug_class} ({bug.breaks}) was not found; {where}"
     assert hunt.found, (
-        f"§5.{bug.spec_class}: expected a violation of {' or '.join(bug.rules)}, got "
+        f"{bug.bug_class}: expected a violation of {' or '.join(bug.rules)}, got "
         f"{dict(hunt.by_rule)}; {where}"
     )
     found = hunt.first
@@ -119,7 +123,7 @@ def test_the_standard_chaos_suite_finds_the_bug_class(
     record_property("found_after_s", round(found.after, 2))
     record_property("run_time_s", round(r.duration, 2))
     print(
-        f"\n§5.{bug.spec_class} {bug.attr}: [{found.rule}] found {found.after:.1f} s after "
+        f"\n{bug.bug_class} {bug.attr}: [{found.rule}] found {found.after:.1f} s after "
         f"the start; run {r.duration:.1f} s; {len(r.violations)} violation(s) "
         f"{dict(hunt.by_rule)}\n{v}"
     )
