@@ -15,7 +15,8 @@ clock never ran backwards), and only from what the history proves: an operation 
 unknown (``info``, or an invoke whose process died) is never assumed to have failed,
 nor to have succeeded. A correct backend gives no violation, whatever the faults.
 
-Facts of the contract (``contract.md#2-the-model`` and ``#3-the-spi``) the checker relies on:
+Facts of the contract (``contract.md#2-the-model``, ``contract.md#3-the-spi``) the checker
+relies on:
 
 - a claim stamps ``claimed_at`` and ``lease_expires_at`` on the storage's clock; a
   reclaim (``reclaimed=True``) takes an IN_FLIGHT task whose lease expired and appends
