@@ -38,12 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "rdq_compliance" / "contract.md"
 
-_SPEC = "SP" + "EC"
+_OUTSIDE_DOC = "SP" + "EC"
 _ISSUE = "iss" + "ues?"
 
 #: (what it is, the pattern that finds it in a line).
 FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("the outside specification", re.compile(rf"\b{_SPEC}\b")),
+    ("the outside specification", re.compile(rf"\b{_OUTSIDE_DOC}\b")),
     ("a numbered section of the outside specification", re.compile("\u00a7" + r"\s*\d")),
     ("the outside design notes", re.compile(r"\b" + "DES" + r"IGN\.md\b")),
     ("the outside notes on prior art", re.compile(r"\b" + "PRIOR" + r"-ART\b")),
@@ -134,7 +134,7 @@ def test_the_checks_fail_on_crafted_text() -> None:
     crafted = [
         (
             "rdq_core/x.py",
-            f'"""The storage SPI of {_SPEC} {section}4."""\n'
+            f'"""The storage SPI of {_OUTSIDE_DOC} {section}4."""\n'
             f"# the rule of {section}3 (see {'DES' + 'IGN'}.md and {'PRIOR' + '-ART'}.md)\n",
         ),
         (
