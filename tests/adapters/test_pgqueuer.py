@@ -297,6 +297,7 @@ def campaigns(dsn, tmp_path_factory) -> Iterator[dict[str, Proof[CampaignResult]
         except BaseException as exc:  # reported by the tests
             errors.append(exc)
 
+    tmp_path_factory.getbasetemp()  # made once, here: two threads making it race
     threads = [threading.Thread(target=run, args=(name,)) for name in CAMPAIGNS]
     try:
         for t in threads:
