@@ -107,7 +107,7 @@ def test_the_standard_chaos_suite_finds_the_bug_class(
         facts = {"report": str(r.outdir), "violations": dict(hunt.by_rule)}
         return AttemptResult(bool(hunt.found), hunt, facts)
 
-    wanted = f"class {bug.spec_class} ({bug.breaks}) found under {' or '.join(bug.rules)}"
+    wanted = f"class {bug.spec_class} {bug.attr} found under {' or '.join(bug.rules)}"
     proof = prove(wanted, (scenario.seed,), attempt)
     hunt = proof.value
     r = hunt.result
