@@ -49,6 +49,7 @@ import pytest
 
 from rdq_compliance import rules
 from tests._ci import missing
+from tests._proof import Proof
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "findings" / "dramatiq"
@@ -340,12 +341,13 @@ deadline = "60s"
 drain_timeout = "12s"
 """
 
-#: A campaign in a subprocess: ``python -c CAMPAIGN scenario.toml outdir dsn|- [seeds until]``;
+#: A campaign in a subprocess: ``python -c CAMPAIGN scenario.toml outdir dsn|- seeds until``;
 #: writes ``outdir/summary.json`` (violations, counters, the adapter's F2/F3 log lines by
-#: task). With ``seeds`` (``5,6,7``) and ``until`` (``f2-twice``) it runs the scenario once
-#: per seed, in order, and stops at the first run that shows the finding: a timing race
-#: does not land on every seed under load, so the summary keeps every attempt's seed and
-#: outcome and the test reports how many it took.
+#: task, and ``proof``: every attempt). ``seeds`` (``5,6,7``) are tried in turn until a
+#: run shows ``until`` (``f2-twice``, ``f3-twice``, ``f4-lost``; :func:`tests._proof.run_seeds`):
+#: a timing race does not land on every seed under load, so the summary is the last run's
+#: and keeps every attempt's seed, outcome and counts. A run whose history was not checked
+#: ends the subprocess at once (exit 1, no summary).
 CAMPAIGN = r"""
 import json, re, sys, tomllib
 from pathlib import Path
@@ -353,12 +355,18 @@ from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import scenario_from_dict
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
+from tests._proof import AttemptResult, run_seeds
 
 scenario = scenario_from_dict(tomllib.loads(Path(sys.argv[1]).read_text()))
 out = Path(sys.argv[2])
 dsn = None if sys.argv[3] == "-" else sys.argv[3]
-seeds = [int(s) for s in sys.argv[4].split(",")] if len(sys.argv) > 4 else [scenario.seed]
-until = sys.argv[5] if len(sys.argv) > 5 else None
+seeds = [int(s) for s in sys.argv[4].split(",")]
+until = sys.argv[5]
+WANTED = {
+    "f2-twice": "F2 (dlq-complete: a task only F2 touched listed twice in the DLQ)",
+    "f3-twice": "F3 (dlq-complete: a task listed twice in the DLQ)",
+    "f4-lost": "F4 (no-loss)",
+}
 
 
 def listed_twice(summary):
@@ -373,16 +381,18 @@ def shown(summary):
         return bool(set(listed_twice(summary)) & (set(summary["f2"]) - set(summary["f3"])))
     if until == "f3-twice":
         return bool(listed_twice(summary))
-    return True
+    return any(v["rule"] == "no-loss" for v in summary["violations"])
 
 
-def attempt(seed, where):
+def campaign(seed, where):
     session = Session(Settings(backend="dramatiq", dsn=dsn, docker=False), workdir=where / "work")
     session.start()
     try:
         result = run_campaign(scenario.with_seed(seed), session=session, outdir=where / "report")
     finally:
         session.close()
+    if not result.checked:
+        raise SystemExit(f"seed {seed}: the history was not checked: {result.checker_error}")
     logs = "".join(p.read_text(errors="replace") for p in (where / "report" / "logs").glob("*.log"))
     f3 = sorted(set(re.findall(r"F3: promoted delayed message \S+ \(message_id '([^']+)'\)", logs)))
     f2 = sorted(set(re.findall(r"F2: the Retries middleware enqueued a retry of '([^']+)'", logs)))
@@ -401,14 +411,20 @@ def attempt(seed, where):
     }
 
 
-attempts = []
-for n, seed in enumerate(seeds):
-    summary = attempt(seed, out if n == 0 else out / f"seed-{seed}")
-    attempts.append({"seed": seed, "shown": shown(summary), "f2": len(summary["f2"]),
-                     "listed_twice": len(listed_twice(summary))})
-    if shown(summary):
-        break
-summary["attempts"] = attempts
+def attempt(seed, number):
+    summary = campaign(seed, out if number == 1 else out / f"seed-{seed}")
+    facts = {
+        "f2": len(summary["f2"]),
+        "f3": len(summary["f3"]),
+        "listed twice": len(listed_twice(summary)),
+        "rules": sorted({v["rule"] for v in summary["violations"]}),
+    }
+    return AttemptResult(shown(summary), summary, facts)
+
+
+proof = run_seeds(WANTED[until], seeds, attempt)
+summary = proof.value
+summary["proof"] = proof.as_dict()
 (out / "summary.json").write_text(json.dumps(summary))
 """
 
@@ -418,6 +434,8 @@ F2_SEEDS = (5, 6, 7, 8)
 #: F3's race too (a pause must catch a worker holding delayed messages): in d180347's
 #: successor's CI, seed 3 alone missed it once (2 pauses, no task listed twice).
 F3_SEEDS = (3, 4, 5, 6)
+#: F4: its scenario's own seed, one run.
+F4_SEEDS = (7,)
 
 REPRODUCERS = {
     "F1": "01-heartbeat-starvation.py",
@@ -489,6 +507,14 @@ class Run:
         )
         return json.loads(path.read_text())
 
+    def proof(self) -> tuple[dict, Proof[dict]]:
+        """A campaign's summary (its last run's) and its proof (every attempt), the
+        proof's report printed."""
+        summary = self.summary()
+        proof = Proof.from_dict(summary["proof"], summary)
+        print(proof.report())
+        return summary, proof
+
 
 @pytest.fixture(scope="module")
 def findings_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
@@ -509,7 +535,8 @@ def findings_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     for name, toml, dsn, until in (
         ("campaign-F3", SCENARIO_F3, DSN, [",".join(map(str, F3_SEEDS)), "f3-twice"]),
         ("campaign-F2", SCENARIO_F2, DSN, [",".join(map(str, F2_SEEDS)), "f2-twice"]),
-        ("campaign-F4", SCENARIO_F4, "-", []),  # the kit's own server: it can kill and restart it
+        # F4 on the kit's own server: it can kill and restart it
+        ("campaign-F4", SCENARIO_F4, "-", [",".join(map(str, F4_SEEDS)), "f4-lost"]),
     ):
         folder = base / f"{name}-scenario"
         folder.mkdir()
@@ -575,16 +602,12 @@ def test_f2_a_stale_failure_schedules_a_retry_after_another_worker_took_over(fin
     middleware already enqueued the retry: the task now has two copies, and the kit finds
     the DLQ listing it twice, on tasks only F2 touched (not F3)."""
     campaign = findings_runs["campaign-F2"].wait(timeout=120.0 * len(F2_SEEDS))
-    summary = campaign.summary()
-    attempts = summary["attempts"]
-    print(f"F2 shown on seed {attempts[-1]['seed']}, attempt {len(attempts)} of at most "
-          f"{len(F2_SEEDS)}: {attempts}")
+    summary, proof = campaign.proof()
     f2, f3 = set(summary["f2"]), set(summary["f3"])
-    assert f2, f"no F2 event in the last campaign's worker logs: {attempts}"
+    assert f2, f"no F2 event in the last campaign's worker logs: {proof.report()}"
     twice = [v["task"] for v in _violations(summary, "dlq-complete") if _listed_twice(v)]
     assert set(twice) & (f2 - f3), (
-        f"on none of seeds {list(F2_SEEDS)} is a task only F2 touched listed twice; the "
-        f"attempts: {attempts}; the last listed twice {twice}, F2 {sorted(f2)}, F3 {sorted(f3)}"
+        f"{proof.report()}\nthe last listed twice {twice}, F2 {sorted(f2)}, F3 {sorted(f3)}"
     )
     _reproduced(
         findings_runs["repro-F2"],
@@ -599,12 +622,9 @@ def test_f3_a_paused_worker_promotes_delayed_messages_it_no_longer_holds(finding
     tasks twice, every one a task the adapter logged as promoted by a worker that no
     longer held it (so two copies were enqueued), none a retry (F2)."""
     campaign = findings_runs["campaign-F3"].wait(timeout=120.0 * len(F3_SEEDS))
-    summary = campaign.summary()
-    attempts = summary["attempts"]
-    print(f"F3 shown on seed {attempts[-1]['seed']}, attempt {len(attempts)} of at most "
-          f"{len(F3_SEEDS)}: {attempts}")
+    summary, proof = campaign.proof()
     twice = [v["task"] for v in _violations(summary, "dlq-complete") if _listed_twice(v)]
-    assert twice, f"on none of seeds {list(F3_SEEDS)} does the DLQ list a task twice: {attempts}"
+    assert twice, proof.report()
     assert set(twice) <= set(summary["f3"]) and not summary["f2"], (
         f"listed twice {twice}; stale promotions logged {summary['f3']}, F2 {summary['f2']}"
     )
@@ -618,12 +638,13 @@ def test_f4_a_retry_that_cannot_be_enqueued_is_acked_away(findings_runs):
     """F4 (rule no-loss): in a campaign whose server is down for longer than redis-py's
     retries while handlers fail, tasks whose last report was an accepted reschedule are
     gone afterwards; dramatiq logged the Retries middleware's failure it swallowed."""
-    campaign = findings_runs["campaign-F4"].wait()
-    summary = campaign.summary()
+    campaign = findings_runs["campaign-F4"].wait(timeout=240.0 * len(F4_SEEDS))
+    summary, proof = campaign.proof()
     assert summary["counters"].get("server_restarts", 0) >= 1, summary["counters"]
     lost = _violations(summary, "no-loss")
     assert lost, (
-        f"no no-loss violation: {[(v['rule'], v['task']) for v in summary['violations']][:20]}"
+        f"no no-loss violation: {[(v['rule'], v['task']) for v in summary['violations']][:20]}; "
+        f"{proof.report()}"
     )
     assert summary["retries_swallowed"] > 0, "dramatiq logged no swallowed Retries failure"
     _reproduced(

@@ -42,6 +42,7 @@ from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
 from rdq_core.model import ErrorInfo, NewTask, Outcome, Status
 from tests._ci import missing
+from tests._proof import AttemptResult, Proof, run_seeds, seeds_from
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "findings" / "pgqueuer"
@@ -270,27 +271,33 @@ CAMPAIGNS = {
 
 
 @pytest.fixture(scope="module")
-def campaigns(dsn, tmp_path_factory) -> Iterator[dict[str, list[CampaignResult]]]:
-    """Both findings' campaigns, at once, on one session: each finding's results (a second
-    seed only when the first did not show the finding)."""
+def campaigns(dsn, tmp_path_factory) -> Iterator[dict[str, Proof[CampaignResult]]]:
+    """Both findings' campaigns, at once, on one session: each finding's proof, whose
+    value is its last campaign's result (its scenario's seed, then the next only when the
+    first did not show the finding; :func:`tests._proof.run_seeds`)."""
     session = Session(Settings(backend="pgqueuer", dsn=dsn))
     session.start()
-    results: dict[str, list[CampaignResult]] = {name: [] for name in CAMPAIGNS}
+    proofs: dict[str, Proof[CampaignResult]] = {}
     errors: list[BaseException] = []
 
     def run(name: str) -> None:
         try:
             scenario = load_scenario(FINDINGS / f"{name}.toml")
-            for attempt in range(TRIES):
-                seeded = scenario.with_seed(scenario.seed + attempt)
-                outdir = tmp_path_factory.mktemp(f"{name[:2]}-seed{seeded.seed}")
-                result = run_campaign(seeded, session=session, outdir=outdir)
-                results[name].append(result)
-                if FOUND[name]([result]):
-                    return
+
+            def attempt(seed: int, number: int) -> AttemptResult[CampaignResult]:
+                outdir = tmp_path_factory.mktemp(f"{name[:2]}-seed{seed}")
+                result = run_campaign(scenario.with_seed(seed), session=session, outdir=outdir)
+                assert result.checked, f"{result.checker_error}; report folder {outdir}"
+                rules = sorted({v.rule for v in result.violations})
+                facts = {"rules": rules, "drained": result.drained}
+                return AttemptResult(bool(FOUND[name]([result])), result, facts)
+
+            wanted = f"finding {name} ({CAMPAIGNS[name]})"
+            proofs[name] = run_seeds(wanted, seeds_from(scenario.seed, TRIES), attempt)
         except BaseException as exc:  # reported by the tests
             errors.append(exc)
 
+    tmp_path_factory.getbasetemp()  # made once, here: two threads making it race
     threads = [threading.Thread(target=run, args=(name,)) for name in CAMPAIGNS]
     try:
         for t in threads:
@@ -299,9 +306,17 @@ def campaigns(dsn, tmp_path_factory) -> Iterator[dict[str, list[CampaignResult]]
             t.join(timeout=300)
         if errors:
             raise errors[0]
-        yield results
+        yield proofs
     finally:
         session.close()
+
+
+def _proof(campaigns: dict[str, Proof[CampaignResult]], name: str) -> Proof[CampaignResult]:
+    """The finding's proof; its campaigns must have shown the finding and drained."""
+    assert name in campaigns, f"the campaigns of {name} did not end within 300 s"
+    proof = campaigns[name].require()
+    assert all(a.facts["drained"] for a in proof.attempts), proof.report()
+    return proof
 
 
 def _reproduce(name: str) -> subprocess.CompletedProcess[str]:
@@ -395,10 +410,7 @@ def test_finding_01_a_stale_retry_takes_a_live_claim(campaigns):
     *complete* that ends a live claim is ``lease-respected`` too, but is G1's documented
     stale-outcome-wins: the signature looked for is the retry and the next claim.)"""
     name = "01-stale-retry-steals-live-claim"
-    results = campaigns[name]
-    seen = _stale_retry_took_a_live_claim(results)
-    assert seen, [(r.seed, sorted({v.rule for v in r.violations})) for r in results]
-    assert all(r.drained for r in results)
+    _proof(campaigns, name)
     run = _reproduce(name)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "PRESENT: C holds the job B is still running and heartbeating" in run.stdout
@@ -409,10 +421,7 @@ def test_finding_02_a_stale_retry_resurrects_a_held_job(campaigns):
     back to queued by the late reschedule of the worker whose claim had been reclaimed;
     the reproducer shows it with pgqueuer alone."""
     name = "02-stale-retry-resurrects-held-job"
-    results = campaigns[name]
-    seen = _stale_retry_resurrected_a_dead_task(results)
-    assert seen, [(r.seed, sorted({v.rule for v in r.violations})) for r in results]
-    assert all(r.drained for r in results)
+    _proof(campaigns, name)
     run = _reproduce(name)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "PRESENT: a held ('failed') job ran again without requeue_jobs()" in run.stdout

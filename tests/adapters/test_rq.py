@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -34,9 +35,11 @@ from rdq_rq.names import Names, escape, key_patterns, unescape  # noqa: E402
 from rdq_rq.plugin import RqBackend  # noqa: E402
 
 from rdq_compliance.provision.backend import ProvisionRequest  # noqa: E402
+from rdq_compliance.rules import RULES  # noqa: E402
 from rdq_core.errors import InvalidArgument  # noqa: E402
 from rdq_core.model import ByIds, ErrorInfo, NewTask  # noqa: E402
 from tests._ci import missing  # noqa: E402
+from tests._proof import AttemptResult, Proof, run_seeds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "findings" / "rq"
@@ -183,7 +186,7 @@ def test_the_ledger_is_one_the_kit_accepts(tmp_path):
 #: CI run beside the rest of the suite drained before rq reclaimed, and saw no zombie.
 ZOMBIE = """
 name = "{name}"
-seed = 2
+seed = {seed}
 duration = "80s"
 
 [workers]
@@ -217,6 +220,8 @@ factor = [1.002, 1.004]
 deadline = "170s"
 drain_timeout = "60s"
 """
+#: The seeds the zombie campaigns may try: seed 2 alone (it pauses w0).
+ZOMBIE_SEEDS = (2,)
 #: F1: the zombie's task succeeds (its late complete is the stale outcome).
 ZOMBIE_COMPLETE = 'slow = { kind = "ok", weight = 1, duration = ["4s", "5s"] }'
 #: F2: the zombie's task fails once (its late reschedule re-enqueues the running task; the
@@ -227,11 +232,11 @@ ZOMBIE_RESCHEDULE = (
 )
 
 
-def _kit_chaos(tmp_path: Path, name: str, handler: str) -> tuple[str, str]:
+def _kit_chaos(tmp_path: Path, name: str, handler: str, seed: int) -> tuple[str, str]:
     """Run the kit's chaos suite on the adapter with a zombie scenario: the failure text
     of its one test (the violations it found; ``""`` if it passed) and the run's output."""
     scenario = tmp_path / f"{name}.toml"
-    scenario.write_text(ZOMBIE.format(name=name, handler=handler))
+    scenario.write_text(ZOMBIE.format(name=name, handler=handler, seed=seed))
     junit = tmp_path / f"{name}.xml"
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "rdq_compliance.suite",
@@ -248,6 +253,34 @@ def _kit_chaos(tmp_path: Path, name: str, handler: str) -> tuple[str, str]:
     ]
     assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
     return "\n".join(failures), run.stdout[-6000:] + run.stderr[-2000:]
+
+
+def _stale_success(failures: str) -> bool:
+    """F1 in the kit's chaos run: a stale outcome accepted, under ``fencing``."""
+    return "[fencing]" in failures and "a stale outcome accepted" in failures
+
+
+def _stale_retry(failures: str) -> bool:
+    """F2 in the kit's chaos run: the stale RETRYABLE_FAILURE accepted, under ``fencing``."""
+    stale = re.search(r"RETRYABLE_FAILURE \[[^]]*\]\) was accepted at [^,]*, after", failures)
+    return "[fencing]" in failures and stale is not None
+
+
+def _zombie(
+    tmp_path: Path, name: str, handler: str, wanted: str, shows: Callable[[str], bool]
+) -> Proof[tuple[str, str]]:
+    """The kit's chaos suite on a zombie scenario, one run per seed of
+    :data:`ZOMBIE_SEEDS` until ``shows`` holds of its failure text: the proof, whose value
+    is the last run's failure text and output."""
+
+    def attempt(seed: int, number: int) -> AttemptResult[tuple[str, str]]:
+        failures, said = _kit_chaos(
+            tmp_path, name if number == 1 else f"{name}-{number}", handler, seed
+        )
+        rules = sorted(set(re.findall(r"\[([a-z-]+)\]", failures)) & set(RULES))
+        return AttemptResult(shows(failures), (failures, said), {"rules": rules})
+
+    return run_seeds(wanted, ZOMBIE_SEEDS, attempt)
 
 
 def _kit_conformance(tmp_path: Path, test: str) -> tuple[str, str]:
@@ -297,19 +330,22 @@ def test_findings(tmp_path):
     _need_server()
     stale = "test_stale_token_is_refused_and_changes_nothing[{}-reclaimed]"
     with ThreadPoolExecutor(max_workers=7) as pool:
-        kit_f1 = pool.submit(_kit_chaos, tmp_path, "rq-zombie-complete", ZOMBIE_COMPLETE)
-        kit_f2 = pool.submit(_kit_chaos, tmp_path, "rq-zombie-reschedule", ZOMBIE_RESCHEDULE)
+        kit_f1 = pool.submit(
+            _zombie, tmp_path, "rq-zombie-complete", ZOMBIE_COMPLETE,
+            "F1 (fencing: a stale outcome accepted)", _stale_success,
+        )  # fmt: skip
+        kit_f2 = pool.submit(
+            _zombie, tmp_path, "rq-zombie-reschedule", ZOMBIE_RESCHEDULE,
+            "F2 (fencing: a stale RETRYABLE_FAILURE accepted)", _stale_retry,
+        )  # fmt: skip
         conf_f1 = pool.submit(_kit_conformance, tmp_path, stale.format("complete"))
         conf_f2 = pool.submit(_kit_conformance, tmp_path, stale.format("reschedule"))
         repro_f1 = pool.submit(_reproducer, "01-stale-success.py", 11)
         repro_f2 = pool.submit(_reproducer, "02-stale-failure-double-run.py", 12)
         repro_f3 = pool.submit(_reproducer, "03-sigkill-multiqueue-lost.py", 13)
 
-        f1, said = kit_f1.result()
-        assert "[fencing]" in f1 and "a stale outcome accepted" in f1, said
-        f2, said = kit_f2.result()
-        stale_retry = re.search(r"RETRYABLE_FAILURE \[[^]]*\]\) was accepted at [^,]*, after", f2)
-        assert "[fencing]" in f2 and stale_retry, said
+        for proof in (kit_f1.result(), kit_f2.result()):
+            assert proof.shown, f"{proof.report()}\n{proof.value[1]}"
         for got, call in ((conf_f1, "complete"), (conf_f2, "reschedule")):
             text, said = got.result()
             assert "[fencing]" in text and f"reclaimed): {call} was accepted" in text, said

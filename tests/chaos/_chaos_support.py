@@ -17,6 +17,7 @@ from rdq_compliance.provision.backend import ProvisionUnavailable
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
 from tests._paths import ROOT, pythonpath
+from tests._proof import AttemptResult, Proof, run_seeds, seeds_from
 
 HERE = Path(__file__).resolve().parent
 SMOKE = HERE / "smoke.toml"
@@ -76,15 +77,17 @@ def calm_then_faulted(
     calm: Scenario,
     tmp_path: Path,
     victims: Path,
+    wanted: str,
     caught: Callable[[CampaignResult], bool],
     on_calm: Callable[[CampaignResult], None] | None = None,
-) -> tuple[CampaignResult, list[str]]:
-    """The control run (``calm``: the fault left out) must pass with no victim; then up
-    to :data:`FAULTED_TRIES` faulted runs, each with the next seed, until one is
-    ``caught``: that run's result (the last one's if none was; reports in
-    ``tmp_path / "faulted"``, ``"faulted-2"``, ...; ``victims`` holds that run's victims,
-    an earlier run's are moved aside) and a line per run (seed, victims, the rules that
-    fired), for the assertion message.
+) -> Proof[CampaignResult]:
+    """The control run (``calm``: the fault left out) must pass with no victim; then the
+    faulted runs, one per seed of :data:`FAULTED_TRIES` from ``faulted``'s own, until one
+    is ``caught`` (:func:`tests._proof.run_seeds`): the proof, shown or not, whose value
+    is the last run's result (reports in ``tmp_path / "faulted"``, ``"faulted-2"``, ...;
+    ``victims`` holds that run's victims, an earlier run's are moved aside). Each run
+    reports its folder, its victims and the rules that fired. A run whose history was not
+    checked fails at once. The caller records what it needs, then requires the proof.
 
     Why more than one: a fault-only variant's exposure is a race the fault opens (a
     reclaim by another worker within the third of a second that a heartbeat taken as
@@ -98,16 +101,16 @@ def calm_then_faulted(
         on_calm(quiet)
     assert quiet.checked and quiet.violations == [], [str(v)[:300] for v in quiet.violations]
     assert not victims.exists(), f"the variant struck without the fault: {victims.read_text()}"
-    runs: list[str] = []
-    for n in range(FAULTED_TRIES):
-        scenario = faulted.with_seed(faulted.seed + n)
-        name = "faulted" if n == 0 else f"faulted-{n + 1}"
+
+    def attempt(seed: int, number: int) -> AttemptResult[CampaignResult]:
+        name = "faulted" if number == 1 else f"faulted-{number}"
         if victims.exists():  # the last run's victims stay in ``victims``; earlier ones aside
             victims.rename(victims.with_name(f"{victims.stem}.before-{name}{victims.suffix}"))
-        result = run_campaign(scenario, session=session, outdir=tmp_path / name)
+        result = run_campaign(faulted.with_seed(seed), session=session, outdir=tmp_path / name)
+        assert result.checked, f"{result.checker_error}; report folder: {result.outdir}"
         taken = len(victims.read_text().split()) if victims.exists() else 0
         rules = sorted({v.rule for v in result.violations})
-        runs.append(f"{name} (seed {scenario.seed}): {taken} victims, rules fired {rules}")
-        if caught(result):
-            break
-    return result, runs
+        facts = {"report": name, "victims": taken, "rules fired": rules}
+        return AttemptResult(caught(result), result, facts)
+
+    return run_seeds(wanted, seeds_from(faulted.seed, FAULTED_TRIES), attempt)

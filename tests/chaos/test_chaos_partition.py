@@ -320,12 +320,7 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     _needs_netns()
     from rdq_compliance.chaos.campaign_result import CampaignResult
     from tests.chaos._bug_hunt import run_line
-    from tests.chaos._chaos_support import (
-        FAULTED_TRIES,
-        broken_workers,
-        calm_then_faulted,
-        start_session,
-    )
+    from tests.chaos._chaos_support import broken_workers, calm_then_faulted, start_session
 
     assert campaign.fault == "partition" and campaign.victims_env
     server = variant.store
@@ -341,20 +336,20 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
         def caught(r: CampaignResult) -> bool:
             return any(v.rule in campaign.rules for v in r.violations)
 
-        result, runs = calm_then_faulted(
-            session, cut, calm, tmp_path, victims, caught, on_calm=lambda r: record("calm", r)
+        wanted = f"{variant.dotted} caught under {' or '.join(campaign.rules)}"
+        proof = calm_then_faulted(
+            session, cut, calm, tmp_path, victims, wanted, caught, lambda r: record("calm", r)
         )
-        record("faulted", result)
+        record("faulted", proof.value)
     finally:
         session.close()
-    where = f"report folder: {result.outdir}; runs: {'; '.join(runs)}"
+    result = proof.require().value
+    where = f"report folder: {result.outdir}; {proof.report()}"
     assert result.counters.partitions == 5, result.counters.notes
-    assert result.checked, f"{result.checker_error}; {where}"
     taken = set(victims.read_text().split()) if victims.exists() else set()
     assert taken, f"no heartbeat hung past 0.4s during the partitions; {where}"
     found = [v for v in result.violations if v.rule in campaign.rules]
     others = {v.rule for v in result.violations} - set(campaign.within or campaign.rules)
-    assert found, f"not caught: {[v.rule for v in result.violations]}; {where}"
     assert not others, f"unexpected rules {others}; {where}"
     v = next((x for x in found if x.task in taken), found[0])
     assert v.task in taken and v.task in v.message, f"{v.message[:400]}; victims {sorted(taken)}"
@@ -362,8 +357,8 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     assert f"[{v.rule}]" in v.message
     print(
         f"\n{server}: {len(found)} violation(s) ({sorted({x.rule for x in found})}) of "
-        f"{len(taken)} heartbeats taken as applied; campaign {result.duration:.1f}s, "
-        f"faulted run {len(runs)} of at most {FAULTED_TRIES}\n" + v.message.split("\n")[0]
+        f"{len(taken)} heartbeats taken as applied; campaign {result.duration:.1f}s; "
+        f"{proof.verdict()}\n" + v.message.split("\n")[0]
     )
 
 

@@ -178,12 +178,7 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
     naming the rule (``fencing``: the acknowledged outcome names a claim the history ended
     LEASE_EXPIRED and reclaimed; or ``outcome-recorded``), a task whose report it took as
     applied, and the workers."""
-    from tests.chaos._chaos_support import (
-        FAULTED_TRIES,
-        broken_workers,
-        calm_then_faulted,
-        start_session,
-    )
+    from tests.chaos._chaos_support import broken_workers, calm_then_faulted, start_session
 
     assert campaign.fault == "server_pause" and campaign.victims_env
     server = variant.store
@@ -194,19 +189,20 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
             pytest.fail(f"the {server} server the kit started cannot be paused")
         frozen = load_scenario(catalogue.scenario(campaign))
         calm = replace(frozen, faults=frozen.faults.replace(server_pauses=0))
-        result, runs = calm_then_faulted(
+        proof = calm_then_faulted(
             session,
             frozen,
             calm,
             tmp_path,
             victims,
+            f"{variant.dotted} caught under {' or '.join(campaign.rules)}",
             lambda r: any(v.rule in campaign.rules for v in r.violations),
         )
     finally:
         session.close()
-    where = f"report folder: {result.outdir}; runs: {'; '.join(runs)}"
+    result = proof.require().value
+    where = f"report folder: {result.outdir}; {proof.report()}"
     assert result.counters.server_pauses == 2, result.counters.notes
-    assert result.checked, f"{result.checker_error}; {where}"
     taken = set(victims.read_text().split()) if victims.exists() else set()
     assert taken, f"no report hung past {1.0}s during the freezes; {where}"
     # The acknowledged report is in no history: the claim it names ended LEASE_EXPIRED
@@ -214,7 +210,6 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
     # lacks it altogether ("outcome-recorded").
     found = [v for v in result.violations if v.rule in campaign.rules]
     others = {v.rule for v in result.violations} - set(campaign.within or campaign.rules)
-    assert found, f"not caught: {[v.rule for v in result.violations]}; {where}"
     assert not others, f"unexpected rules {others}; {where}"
     v = found[0]
     assert v.task in taken and v.task in v.message, f"{v.message[:400]}; victims {sorted(taken)}"
@@ -222,6 +217,6 @@ def test_only_the_server_freeze_exposes_a_timed_out_report_taken_as_applied(
     assert f"[{v.rule}]" in v.message and "acknowledged" in v.message, v.message[:400]
     print(
         f"\n{server}: {len(found)} violation(s) ({sorted({x.rule for x in found})}) of "
-        f"{len(taken)} reports taken as applied; campaign {result.duration:.1f}s, "
-        f"faulted run {len(runs)} of at most {FAULTED_TRIES}\n" + v.message.split("\n")[0]
+        f"{len(taken)} reports taken as applied; campaign {result.duration:.1f}s; "
+        f"{proof.verdict()}\n" + v.message.split("\n")[0]
     )
