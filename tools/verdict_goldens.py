@@ -649,12 +649,12 @@ def record_campaign(spec: CampaignSpec, folder: Path) -> dict[str, Any]:
 
 
 def flatten(data: Any, path: str = "") -> Iterator[str]:
-    """``path = value`` lines of JSON data (a list's items under ``path[]``, in order), for
-    a diff that names what changed."""
+    """``path = value`` lines of JSON data (a mapping's keys sorted, a list's items under
+    ``path[]`` in order), for a diff that names what changed."""
     if isinstance(data, dict):
         if not data:
             yield f"{path} = {{}}"
-        for key in data:
+        for key in sorted(data):
             yield from flatten(data[key], f"{path}.{key}" if path else str(key))
     elif isinstance(data, list):
         if not data:
@@ -672,6 +672,10 @@ def diff(golden: Any, now: Any, label: str) -> list[str]:
     """A unified diff of ``golden`` and ``now`` (empty when they are the same)."""
     if golden == now:
         return []
+    head: list[str] = []
+    if isinstance(golden, dict) and isinstance(now, dict):
+        keys = sorted(k for k in {*golden, *now} if golden.get(k) != now.get(k))
+        head = [f"differs in: {', '.join(keys)}"]
     lines = list(
         difflib.unified_diff(
             list(flatten(golden)),
@@ -684,7 +688,7 @@ def diff(golden: Any, now: Any, label: str) -> list[str]:
     )
     if len(lines) > DIFF_LINES:
         lines = [*lines[:DIFF_LINES], f"... {len(lines) - DIFF_LINES} more diff lines"]
-    return lines or [f"{label}: differs (same lines, another order of keys)"]
+    return head + lines
 
 
 @dataclass
