@@ -218,21 +218,21 @@ CAMPAIGNS: tuple[CampaignSpec, ...] = (
     ),
     CampaignSpec(
         "standard-check-then-act-claim", "standard", "tests.broken.sqlite:check_then_act_claim",
-        20250101, "sqlite", False, "§5.1 two workers get one task: one-claim",
+        20250101, "sqlite", False, "double-claim: two workers get one task: one-claim",
     ),
     CampaignSpec(
         "standard-reclaim-ignores-lease", "standard",
         "tests.broken.sqlite:reclaim_ignores_lease", 20250101, "sqlite", False,
-        "§5.2 a live lease stolen: lease-respected",
+        "live-lease-stolen: lease-respected",
     ),
     CampaignSpec(
         "standard-outcome-ignores-token", "standard",
         "tests.broken.sqlite:outcome_ignores_token", 20250101, "sqlite", False,
-        "§5.3 a stale outcome accepted: fencing",
+        "unfenced-outcome: a stale outcome accepted: fencing",
     ),
     CampaignSpec(
         "standard-reclaim-drops-task", "standard", "tests.broken.sqlite:reclaim_drops_task",
-        20250101, "sqlite", False, "§5.7 a reclaim that loses the task: no-loss",
+        20250101, "sqlite", False, "lost-task: a reclaim that loses the task: no-loss",
     ),
 )  # fmt: skip
 
