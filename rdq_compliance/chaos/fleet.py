@@ -13,9 +13,9 @@ The fleet has fixed *slots* (0..N-1). A killed worker is replaced at once by a f
 process with a new name (``w8``, ``w9``, ...) in the same slot, so the fleet size stays
 constant and every process has its own journal ``<history>/<name>.jsonl``.
 
-**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.faults.libfaketime.Skew`
+**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.libfaketime.Skew`
 runs every worker it ever holds under libfaketime with that skew (see
-:mod:`rdq_compliance.chaos.faults.libfaketime`): a respawned worker keeps its slot's
+:mod:`rdq_compliance.chaos.libfaketime`): a respawned worker keeps its slot's
 clock. ``on_skew`` hears of each such worker (name, skew) just before it starts, so the
 harness journals the skew before the worker's first event.
 
@@ -39,7 +39,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rdq_compliance.chaos.faults.libfaketime import Skew
 from rdq_compliance.chaos.launcher import (
     ORPHAN_GRACE,
     Launch,
@@ -48,6 +47,7 @@ from rdq_compliance.chaos.launcher import (
     WorkerHandle,
     WorkerStart,
 )
+from rdq_compliance.chaos.libfaketime import Skew
 from rdq_compliance.chaos.worker_main import WorkerConfig
 
 __all__ = ["ORPHAN_GRACE", "Exit", "Fleet", "Launch", "WorkerProc"]

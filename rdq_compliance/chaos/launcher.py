@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from rdq_compliance.chaos.faults.libfaketime import Skew, skew_env, time_base
+from rdq_compliance.chaos.libfaketime import Skew, skew_env, time_base
 from rdq_compliance.chaos.worker_main import WorkerConfig
 from rdq_compliance.provision.process import ManagedProcess
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.clock_skew import ClockSkewCounts
-from rdq_compliance.chaos.faults.libfaketime import Skew
 from rdq_compliance.chaos.faults.network import FAMILY as NETWORK
 from rdq_compliance.chaos.faults.network import NO_NETWORK
 from rdq_compliance.chaos.fleet_hosts import FleetHosts, Host
 from rdq_compliance.chaos.journal_observer import LockedJournal
 from rdq_compliance.chaos.launcher import ClockOffset
+from rdq_compliance.chaos.libfaketime import Skew
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.chaos.ssh_launcher import FleetError, HostNetwork, SshLauncher
 from rdq_compliance.provision.backend import Server, UnsupportedFault

@@ -59,9 +59,9 @@ from typing import Any, TypeVar
 
 import asyncssh
 
-from rdq_compliance.chaos.faults.libfaketime import skew_env
 from rdq_compliance.chaos.fleet_hosts import FleetHosts, Host
 from rdq_compliance.chaos.launcher import ORPHAN_GRACE, ClockOffset, WorkerStart
+from rdq_compliance.chaos.libfaketime import skew_env
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ counters and how the displays print them, and its timeline marks:
   the lease;
 - :mod:`~rdq_compliance.chaos.faults.server`: server kill and restart, server freeze;
 - :mod:`~rdq_compliance.chaos.faults.clock_skew`: worker slots under libfaketime
-  (:mod:`~rdq_compliance.chaos.faults.libfaketime`);
+  (:mod:`~rdq_compliance.chaos.libfaketime`);
 - :mod:`~rdq_compliance.chaos.faults.connections`: connection cuts;
 - :mod:`~rdq_compliance.chaos.faults.failover`: primary killed, replica promoted;
 - :mod:`~rdq_compliance.chaos.faults.network`: worker slots partitioned from the

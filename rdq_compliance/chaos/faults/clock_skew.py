@@ -3,7 +3,7 @@
 ``[faults.clock_skew]``: ``workers`` slots (at most ``workers.count``; which ones, and
 each one's offset and drift, drawn from the seed) run every worker they hold under
 libfaketime (``FAKETIME="<offset> x<drift>"``, see
-:mod:`rdq_compliance.chaos.faults.libfaketime`): the worker's time of day is off by
+:mod:`rdq_compliance.chaos.libfaketime`): the worker's time of day is off by
 ``offset`` at its start and runs ``drift`` times as fast; its timers (the monotonic
 clock) and its journal stay true. ``offset`` is a signed duration or ``[min, max]`` of
 them (default ``["-3s", "3s"]``); ``drift`` a rate in (0, 10] or ``[min, max]``
@@ -35,13 +35,13 @@ from rdq_compliance.chaos.faults.family import (
     Style,
     TimelineDraft,
 )
-from rdq_compliance.chaos.faults.libfaketime import (
+from rdq_compliance.chaos.faults.tables import ScenarioError, Table
+from rdq_compliance.chaos.libfaketime import (
     INSTALL_HINT,
     Skew,
     find_libfaketime,
     plan_skews,
 )
-from rdq_compliance.chaos.faults.tables import ScenarioError, Table
 
 if TYPE_CHECKING:
     from rdq_compliance.chaos.journal_observer import LockedJournal
