@@ -276,7 +276,7 @@ def test_storage_clock_passes_one_clock(events: list[dict], why: str) -> None:
 
 
 def _host_clock(host: str, uncertainty: float) -> dict:
-    """The harness's measurement of a remote host's clock (``chaos.remote_fleet``)."""
+    """The harness's measurement of a remote host's clock (``chaos.launcher.journal_clocks``)."""
     return {"seq": 0, "proc": "harness", "t": 99.0, "type": "info", "op": "host",
             "kind": "clock", "host": host, "offset": 0.0, "uncertainty": uncertainty}  # fmt: skip
 
