@@ -2,6 +2,9 @@
 
 :func:`run_campaign` is the whole run against a provisioned server:
 
+0. the launcher opened (where the workers run) and each fault family of the scenario
+   set up (:mod:`rdq_compliance.chaos.campaign_setup`: the network partitions cut, the
+   skewed slots' clocks); the seeded fault plan drawn;
 1. a fresh namespace; the tasks of the scenario's workload enqueued (journaled as
    ``enqueue ok`` in the harness journal), their due times spread over the window;
 2. the fleet of worker processes started; the nemesis applies the seeded fault plan
@@ -11,7 +14,8 @@
    IN_FLIGHT (or the drain timeout passes);
 4. the fleet stopped; the final state read
    (:func:`~rdq_compliance.chaos.checker.read_final_state`: every enqueued task with
-   ``get``, the DLQ paged fully); the history read; the checker
+   ``get``, the DLQ paged fully); the fault families torn down (in reverse order, on
+   an error too) and the launcher closed; the history read; the checker
    (:func:`rdq_compliance.chaos.checker.check`) run on them: if it raises, the run
    fails with a *checker error*;
 5. the report folder written (:mod:`rdq_compliance.chaos.report`).
@@ -246,7 +250,7 @@ def run_campaign(
                 lambda dsn: session.open(spec if dsn is None else replace(spec, dsn=dsn))
             )
             try:
-                tasks, final, stats, d0 = _run(
+                tasks, final, stats, d0 = _run_fleet(
                     result, setup, storage, spec, capabilities.fixed_lease, t0, progress
                 )
             finally:
@@ -278,7 +282,7 @@ def run_campaign(
     return result
 
 
-def _run(
+def _run_fleet(
     result: CampaignResult,
     setup: CampaignSetup,
     storage: Storage,

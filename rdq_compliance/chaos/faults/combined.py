@@ -17,14 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rdq_compliance.chaos.coverage import Requirement
-from rdq_compliance.chaos.faults.family import (
-    FaultFamily,
-    Kind,
-    Legend,
-    Row,
-    SetupContext,
-    Style,
-)
+from rdq_compliance.chaos.faults.family import FaultFamily, Kind, Legend, Row, SetupContext, Style
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
 
 S = TypeVar("S")
