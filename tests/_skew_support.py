@@ -21,7 +21,7 @@ from rdq_compliance.chaos.checker.index import index_history
 from rdq_compliance.chaos.checker.storage_clock import reversals
 from rdq_compliance.chaos.checker.view import Context
 from rdq_compliance.chaos.events import read_history
-from rdq_compliance.chaos.faults.libfaketime import INSTALL_HINT, find_libfaketime
+from rdq_compliance.chaos.libfaketime import INSTALL_HINT, find_libfaketime
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import Scenario, load_scenario
 from rdq_compliance.provision.backend import ProvisionUnavailable

@@ -14,7 +14,7 @@ Fields of every event:
 ``t``       true wall-clock time of the event (float seconds): orders the events of
             different processes in real time (a worker whose clock the harness skews
             journals its monotonic clock plus the harness's offset instead, see
-            :mod:`rdq_compliance.chaos.faults.libfaketime`)
+            :mod:`rdq_compliance.chaos.libfaketime`)
 ``type``    ``invoke`` | ``ok`` | ``fail`` | ``info``
 ``op``      see below
 ``task``    the task id, where one is concerned

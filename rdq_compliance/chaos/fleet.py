@@ -13,9 +13,9 @@ The fleet has fixed *slots* (0..N-1). A killed worker is replaced at once by a f
 process with a new name (``w8``, ``w9``, ...) in the same slot, so the fleet size stays
 constant and every process has its own journal ``<history>/<name>.jsonl``.
 
-**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.faults.libfaketime.Skew`
+**Skewed slots.** A slot given a :class:`~rdq_compliance.chaos.libfaketime.Skew`
 runs every worker it ever holds under libfaketime with that skew (see
-:mod:`rdq_compliance.chaos.faults.libfaketime`): a respawned worker keeps its slot's
+:mod:`rdq_compliance.chaos.libfaketime`): a respawned worker keeps its slot's
 clock. ``on_skew`` hears of each such worker (name, skew) just before it starts, so the
 harness journals the skew before the worker's first event.
 
@@ -23,9 +23,9 @@ harness journals the skew before the worker's first event.
 business: every operation that touches a process (start, signal, arm the control point,
 release) goes through it. By default a
 :class:`~rdq_compliance.chaos.launcher.LocalLauncher` starts them on this machine; its
-*placement* (optional) gives each slot a command prefix (e.g. ``ip netns exec
-<namespace>``, which execs, so the pid stays the worker's) and the DSN the worker
-connects to (e.g. a relay inside that namespace) — see
+*placement* (set when a partition campaign's network is built) gives each slot a command
+prefix (e.g. ``ip netns exec <namespace>``, which execs, so the pid stays the worker's)
+and the DSN the worker connects to (e.g. a relay inside that namespace) — see
 :mod:`rdq_compliance.chaos.faults.worker_network`. An
 :class:`~rdq_compliance.chaos.ssh_launcher.SshLauncher` starts them on other hosts.
 """
@@ -39,18 +39,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rdq_compliance.chaos.faults.libfaketime import Skew
 from rdq_compliance.chaos.launcher import (
     ORPHAN_GRACE,
-    Launch,
     Launcher,
     LocalLauncher,
     WorkerHandle,
     WorkerStart,
 )
+from rdq_compliance.chaos.libfaketime import Skew
 from rdq_compliance.chaos.worker_main import WorkerConfig
 
-__all__ = ["ORPHAN_GRACE", "Exit", "Fleet", "Launch", "WorkerProc"]
+__all__ = ["ORPHAN_GRACE", "Exit", "Fleet", "WorkerProc"]
 
 
 @dataclass(eq=False)
@@ -90,7 +89,11 @@ class Exit:
 
 
 class Fleet:
-    """Start, kill, pause, resume and replace worker processes; stop them all."""
+    """Start, kill, pause, resume and replace worker processes; stop them all.
+
+    ``launcher`` starts them (by default a :class:`LocalLauncher` writing to
+    ``history_dir``, ``control_dir`` and ``log_dir``); ``skews`` are the skewed slots'
+    clocks, ``on_skew`` hears of each worker started under one."""
 
     def __init__(
         self,
@@ -102,9 +105,7 @@ class Fleet:
         log_dir: Path,
         on_spawn: Callable[[WorkerProc], None] | None = None,
         skews: Mapping[int, Skew] | None = None,
-        faketime: Path | None = None,
         on_skew: Callable[[str, Skew], None] | None = None,
-        placement: Callable[[int], Launch] | None = None,
         launcher: Launcher | None = None,
     ) -> None:
         self.template = template
@@ -113,17 +114,9 @@ class Fleet:
         self.on_spawn = on_spawn
         self.skews: dict[int, Skew] = dict(skews or {})
         if launcher is None:
-            if self.skews and faketime is None:
-                raise ValueError("skewed slots need the libfaketime library (faketime=...)")
             launcher = LocalLauncher(
-                history_dir=history_dir,
-                control_dir=control_dir,
-                log_dir=log_dir,
-                placement=placement,
-                faketime=faketime,
+                history_dir=history_dir, control_dir=control_dir, log_dir=log_dir
             )
-        elif placement is not None or faketime is not None:
-            raise ValueError("placement and faketime belong to the local launcher")
         self.launcher: Launcher = launcher
         self.on_skew = on_skew
         self.slots: list[WorkerProc | None] = [None] * size
@@ -248,5 +241,3 @@ class Fleet:
         for w in self.retired:
             w.handle.release()
         self.launcher.collect()
-
-

@@ -14,6 +14,16 @@ implementations:
 - :class:`~rdq_compliance.chaos.ssh_launcher.SshLauncher`: processes on other hosts
   over SSH.
 
+A campaign asks its launcher (a :class:`CampaignLauncher`) what depends on where the
+workers run, so that the runner and the fault families never ask whether they run here:
+the network that cuts worker slots off the server (:meth:`CampaignLauncher.partitioner`:
+here :func:`~rdq_compliance.chaos.faults.worker_network.worker_network`'s namespaces, on
+other hosts :class:`~rdq_compliance.chaos.faults.host_network.HostNetwork`'s cuts of
+whole hosts), where clock skews land (:meth:`CampaignLauncher.place_skews`: per slot
+here, per host there), what to note of the hosts and what to report of them.
+:class:`LocalLauncher` is one; the SSH one is
+:class:`~rdq_compliance.chaos.remote_fleet.RemoteLauncher`.
+
 The fleet reads a worker's journal from :meth:`Launcher.journal_path` while the
 campaign runs (the nemesis tails it to kill inside a claim); a remote launcher mirrors
 the remote file there. A launcher reports a host it lost (:meth:`Launcher.lost_hosts`)
@@ -27,28 +37,25 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from rdq_compliance.chaos.faults.libfaketime import Skew, skew_env, time_base
+from rdq_compliance.chaos.events import INFO
+from rdq_compliance.chaos.faults.worker_network import Launch, WorkerNetwork, worker_network
+from rdq_compliance.chaos.journal_observer import LockedJournal
+from rdq_compliance.chaos.libfaketime import Skew, skew_env, time_base
 from rdq_compliance.chaos.worker_main import WorkerConfig
+from rdq_compliance.provision.backend import Server
 from rdq_compliance.provision.process import ManagedProcess
+from rdq_core.spi import Storage
 
 #: Grace the watchdog gives a worker after SIGTERM when the harness is gone.
 ORPHAN_GRACE = 0.2
 
 #: The host name of the runner's own machine, as lanes and journals name it.
 LOCAL_HOST = "local"
-
-
-@dataclass(frozen=True)
-class Launch:
-    """Where a slot's workers run on this machine: a command prefix, and the DSN they use."""
-
-    prefix: tuple[str, ...]
-    dsn: str
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,72 @@ class Launcher(Protocol):
     def close(self) -> None: ...
 
 
+class Network(Protocol):
+    """A network that cuts a campaign's worker slots off the server (a
+    :class:`~rdq_compliance.chaos.faults.family.Partitioner`), and how the harness's own
+    storage reaches the server past its cuts."""
+
+    def span(self, slots: Sequence[int]) -> list[int]: ...
+
+    def partition(self, slots: Sequence[int]) -> None: ...
+
+    def lose(self, slots: Sequence[int]) -> None: ...
+
+    def heal(self, slots: Sequence[int]) -> None: ...
+
+    def harness_storage(self, open_storage: Callable[[str | None], Storage]) -> Storage:
+        """The harness's storage, ``open_storage(dsn)`` (``None``: the server's own DSN)
+        where no cut reaches it."""
+        ...
+
+    def close(self) -> None:
+        """Heal whatever is still cut, and take the network down."""
+        ...
+
+
+class CampaignLauncher(Launcher, Protocol):
+    """A launcher as a campaign uses it: it also answers what depends on where its
+    workers run (see the module's docstring)."""
+
+    def partitioner(
+        self, server: Server, backend: str, slots: int, *, loss_percent: int
+    ) -> tuple[Network | None, str]:
+        """The network that cuts worker slots off ``server`` (losses drop
+        ``loss_percent`` % of their packets), or ``(None, why it cannot be built)``."""
+        ...
+
+    def place_skews(self, skews: Sequence[Skew], library: Path) -> list[tuple[Skew, str | None]]:
+        """The clocks the slots run with, from the skews drawn (libfaketime's ``library``
+        on this machine): each with the host whose clock it is (``None``: its slot's own)."""
+        ...
+
+    def notes(self) -> list[str]:
+        """What the campaign's notes say of where the workers run: each note once."""
+        ...
+
+    def hosts(self) -> list[dict[str, object]]:
+        """Per host the workers ran on other than this machine: name, SSH URL, clock
+        offset and uncertainty (s), lost or not."""
+        ...
+
+
+def journal_clocks(
+    journal: LockedJournal, clocks: list[ClockOffset], *, final: bool = False
+) -> None:
+    """One ``clock`` event per host: its offset and uncertainty (s), and when measured."""
+    for c in clocks:
+        journal.write(
+            INFO,
+            "host",
+            kind="clock",
+            host=c.host,
+            offset=c.offset,
+            uncertainty=c.uncertainty,
+            samples=c.samples,
+            final=final,
+        )
+
+
 # ---- the local launcher --------------------------------------------------------------------
 
 
@@ -193,10 +266,12 @@ class LocalWorker:
 
 
 class LocalLauncher:
-    """Workers as child processes of this machine (see the module's docstring).
+    """Workers as child processes of this machine (see the module's docstring); a
+    :class:`CampaignLauncher`.
 
     ``placement`` (optional) gives a slot's command prefix and DSN; ``faketime`` is the
-    libfaketime library a skewed worker runs under.
+    libfaketime library a skewed worker runs under. :meth:`partitioner` and
+    :meth:`place_skews` set them for a campaign.
     """
 
     def __init__(
@@ -276,6 +351,27 @@ class LocalLauncher:
 
     def close(self) -> None:
         return None
+
+    def partitioner(
+        self, server: Server, backend: str, slots: int, *, loss_percent: int
+    ) -> tuple[WorkerNetwork | None, str]:
+        """A network namespace per slot (:func:`worker_network`); the slots' workers
+        start in theirs from now on."""
+        network, why = worker_network(server, slots, backend, loss_percent=loss_percent)
+        if network is not None:
+            self.placement = network.launch
+        return network, why
+
+    def place_skews(self, skews: Sequence[Skew], library: Path) -> list[tuple[Skew, str | None]]:
+        """Each skew is its slot's; skewed workers run under ``library``."""
+        self.faketime = library
+        return [(skew, None) for skew in skews]
+
+    def notes(self) -> list[str]:
+        return []
+
+    def hosts(self) -> list[dict[str, object]]:
+        return []
 
 
 def _alive(pid: int) -> bool:

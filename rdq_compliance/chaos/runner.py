@@ -2,6 +2,9 @@
 
 :func:`run_campaign` is the whole run against a provisioned server:
 
+0. the launcher opened (where the workers run) and each fault family of the scenario
+   set up (:mod:`rdq_compliance.chaos.campaign_setup`: the network partitions cut, the
+   skewed slots' clocks); the seeded fault plan drawn;
 1. a fresh namespace; the tasks of the scenario's workload enqueued (journaled as
    ``enqueue ok`` in the harness journal), their due times spread over the window;
 2. the fleet of worker processes started; the nemesis applies the seeded fault plan
@@ -11,7 +14,8 @@
    IN_FLIGHT (or the drain timeout passes);
 4. the fleet stopped; the final state read
    (:func:`~rdq_compliance.chaos.checker.read_final_state`: every enqueued task with
-   ``get``, the DLQ paged fully); the history read; the checker
+   ``get``, the DLQ paged fully); the fault families torn down (in reverse order, on
+   an error too) and the launcher closed; the history read; the checker
    (:func:`rdq_compliance.chaos.checker.check`) run on them: if it raises, the run
    fails with a *checker error*;
 5. the report folder written (:mod:`rdq_compliance.chaos.report`).
@@ -37,15 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdq_compliance.chaos.campaign_result import CampaignResult, Progress, ProgressFn
+from rdq_compliance.chaos.campaign_setup import CampaignSetup, open_launcher
 from rdq_compliance.chaos.checker import RULES as CHECKER_RULES
 from rdq_compliance.chaos.checker import FinalState, Violation, check, read_final_state
 from rdq_compliance.chaos.coverage import coverage, unexercised
 from rdq_compliance.chaos.events import INFO, OK, Event, Journal, read_history
-from rdq_compliance.chaos.faults import clock_skew
-from rdq_compliance.chaos.faults.network import FAMILY as NETWORK
-from rdq_compliance.chaos.faults.worker_network import WorkerNetwork, network_for
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.journal_observer import LockedJournal, error_text
+from rdq_compliance.chaos.launcher import journal_clocks
 from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults
 from rdq_compliance.chaos.report import write_report
 from rdq_compliance.chaos.scenario import Scenario
@@ -57,10 +60,8 @@ from rdq_core.errors import BackendUnavailable
 from rdq_core.model import Capabilities, NewTask, QueueStats
 from rdq_core.spi import Storage
 
-if TYPE_CHECKING:  # the SSH fleet's modules need asyncssh (the ``ssh`` extra): loaded on use
+if TYPE_CHECKING:
     from rdq_compliance.chaos.fleet_hosts import FleetHosts
-    from rdq_compliance.chaos.remote_fleet import RemoteFleet
-    from rdq_compliance.chaos.ssh_launcher import HostNetwork
 
 HARNESS = "harness"
 
@@ -199,59 +200,100 @@ def run_campaign(
 ) -> CampaignResult:
     """Run ``scenario`` on the started ``session``'s server (in a fresh namespace); write
     the report to ``outdir``; the result. With ``fleet_hosts`` the workers run on those
-    hosts over SSH (:mod:`rdq_compliance.chaos.ssh_launcher`), else on this machine."""
+    hosts over SSH (:mod:`rdq_compliance.chaos.remote_fleet`), else on this machine
+    (:func:`~rdq_compliance.chaos.campaign_setup.open_launcher`)."""
     outdir = Path(outdir)
     history_dir = outdir / "history"
     history_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    counters = Counters()
     server = session.server
     backend_name = session.name
     capabilities = session.capabilities()
     scenario, lease_note = fit_lease(scenario, capabilities)
-    remote: RemoteFleet | None = None
-    if fleet_hosts is not None:
-        from rdq_compliance.chaos.remote_fleet import open_remote_fleet
+    counters = Counters(scenario.faults.families)
+    slots = scenario.workers.count
+    launcher = open_launcher(fleet_hosts, server, backend_name, outdir, slots)
+    try:
+        journal = LockedJournal(Journal(history_dir / f"{HARNESS}.jsonl", HARNESS))
+        journal_clocks(journal, launcher.clocks())
+        setup = CampaignSetup(
+            scenario.faults, server, backend_name, launcher, scenario.seed, slots, journal, counters
+        )
+        with setup:  # each fault family set up; torn down once the workers stopped
+            plan = plan_faults(
+                scenario,
+                server.faults,
+                f"the {backend_name} server ({server.origin})",
+                durable=capabilities.durable,
+                durability=capabilities.durability,
+                no_network=setup.no_network,
+            )
+            counters.notes.extend(plan.skipped)
+            if lease_note:
+                counters.notes.append(lease_note)
+            swept = session.swept.summary() if session.swept is not None else None
+            if swept:
+                counters.notes.append(f"before the run, on the server given by DSN: {swept}")
+            counters.notes.extend(launcher.notes())
+            result = CampaignResult(
+                scenario=scenario,
+                seed=scenario.seed,
+                backend=backend_name,
+                server_origin=server.origin,
+                outdir=outdir,
+                plan=plan,
+                counters=counters,
+                started_at=time.time(),
+            )
+            spec = session.create_namespace()
+            storage = setup.harness_storage(
+                lambda dsn: session.open(spec if dsn is None else replace(spec, dsn=dsn))
+            )
+            try:
+                tasks, final, stats, d0 = _run_fleet(
+                    result, setup, storage, spec, capabilities.fixed_lease, t0, progress
+                )
+            finally:
+                storage.close()
+    finally:
+        launcher.close()
+    journal.close()
+    events = read_history(history_dir.glob("*.jsonl"))
+    result.violations, result.checker_error = run_checker(events, final)
+    result.checked = result.checker_error is None
+    measure_coverage(result, events)
+    result.check_time = time.monotonic() - d0 - result.drain_time
+    result.tasks = {
+        "enqueued": len(tasks),
+        "succeeded": stats.succeeded,
+        "dead": stats.dead,
+        "pending": stats.pending,
+        "in_flight": stats.in_flight,
+        "missing": len(final.missing),
+    }
+    result.duration = time.monotonic() - t0
+    result.files = write_report(result, events, final, command=command)
+    with contextlib.suppress(Exception):
+        session.drop_namespace(spec)
+    if progress is not None:
+        progress(
+            Progress("done", result.duration, len(tasks), stats, counters, len(result.violations))
+        )
+    return result
 
-        remote = open_remote_fleet(
-            fleet_hosts, scenario, server, backend_name, outdir, scenario.workers.count
-        )
-        network, no_network = remote.network, remote.no_network
-    else:
-        network, no_network = network_for(
-            scenario.faults.of(NETWORK), server, scenario.workers.count, backend_name
-        )
-    plan = plan_faults(
-        scenario,
-        server.faults,
-        f"the {backend_name} server ({server.origin})",
-        durable=capabilities.durable,
-        durability=capabilities.durability,
-        no_network=None if network is not None else no_network,
-    )
-    counters.notes.extend(plan.skipped)
-    if lease_note:
-        counters.notes.append(lease_note)
-    swept = session.swept.summary() if session.swept is not None else None
-    if swept:
-        counters.notes.append(f"before the run, on the server given by DSN: {swept}")
-    result = CampaignResult(
-        scenario=scenario,
-        seed=scenario.seed,
-        backend=backend_name,
-        server_origin=server.origin,
-        outdir=outdir,
-        plan=plan,
-        counters=counters,
-        started_at=time.time(),
-    )
-    journal = LockedJournal(Journal(history_dir / f"{HARNESS}.jsonl", HARNESS))
-    if remote is not None:
-        counters.notes.append(remote.note)
-        remote.journal_clocks(journal)
-    spec = session.create_namespace()
-    namespace = spec.namespace
-    storage = _harness_storage(session, spec, None if remote is not None else network)
+
+def _run_fleet(
+    result: CampaignResult,
+    setup: CampaignSetup,
+    storage: Storage,
+    spec: StorageSpec,
+    fixed_lease: timedelta | None,
+    t0: float,
+    progress: ProgressFn | None,
+) -> tuple[list[NewTask], FinalState, QueueStats, float]:
+    """Enqueue, start the fleet, apply the faults, drain, stop the fleet, read the final
+    state: ``(tasks, final state, queue stats, when the drain began)``."""
+    scenario, counters, journal = result.scenario, result.counters, setup.journal
     queue = scenario.workload.queue
     tasks = make_tasks(scenario)
     last_stats = [QueueStats(pending=len(tasks))]
@@ -266,44 +308,26 @@ def run_campaign(
             last_stats[0] = storage.stats(queue)
         progress(Progress(phase, now - t0, len(tasks), last_stats[0], counters))
 
-    skew_counts = counters.of(clock_skew.FAMILY)
-    skews, library = clock_skew.skews_for(
-        scenario.faults.of(clock_skew.FAMILY),
-        scenario.seed,
+    fleet = Fleet(
+        worker_template(scenario, spec),
         scenario.workers.count,
-        skew_counts,
-        counters.notes,
+        history_dir=result.outdir / "history",
+        control_dir=result.outdir / "control",
+        log_dir=result.outdir / "logs",
+        skews=setup.skews,
+        on_skew=setup.on_skew,
+        on_spawn=lambda w: journal.write(INFO, "host", kind="placed", target=w.name, host=w.host),
+        launcher=setup.launcher,
     )
-    if remote is not None and skews:
-        skews = remote.host_skews(skews, scenario.workers.count, skew_counts)
-
-    try:
-        fleet = Fleet(
-            worker_template(scenario, spec),
-            scenario.workers.count,
-            history_dir=history_dir,
-            control_dir=outdir / "control",
-            log_dir=outdir / "logs",
-            placement=network.launch if network is not None and remote is None else None,
-            skews={s.slot: s for s in skews},
-            faketime=library if remote is None else None,
-            on_skew=clock_skew.skew_journal(journal, skew_counts),
-            on_spawn=lambda w: journal.write(
-                INFO, "host", kind="placed", target=w.name, host=w.host
-            ),
-            launcher=remote.launcher if remote is not None else None,
-        )
-    except BaseException:
-        _close(storage, network, remote)
-        raise
     try:
         report_progress("enqueue", force=True)
         enqueue_all(storage, tasks, journal)
         result.enqueue_time = time.monotonic() - t0
         fleet.start()
         nemesis = Nemesis(
-            plan, scenario, fleet, server, storage, namespace, journal, counters, network=network
-        )
+            result.plan, scenario, fleet, setup.server, storage, spec.namespace, journal,
+            counters, network=setup.network,
+        )  # fmt: skip
         nemesis.start()
         stop_at = t0 + scenario.limits.deadline
         if not nemesis.run(stop_at, on_tick=lambda: report_progress("faults")):
@@ -332,86 +356,24 @@ def run_campaign(
                 f"the drain did not quiesce within {scenario.limits.drain_timeout:.0f}s: "
                 "tasks were still PENDING or IN_FLIGHT"
             )
-    except BaseException:
-        try:
-            fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
-        finally:
-            _close(storage, network, remote)
-        raise
-    try:
+    finally:
         fleet.stop(grace=scenario.workers.lease * 2 + 1.0)
-        result.workers_left = [*fleet.pids(), *fleet.launcher.leftovers()]
-        if remote is not None:
-            counters.notes.extend(remote.launcher.gaps)
-        report_progress("check", force=True)
-        fixed = capabilities.fixed_lease
-        final = read_final_state(
-            storage,
-            queue,
-            [t.id for t in tasks],
-            drained=result.drained,
-            page=DLQ_PAGE,
-            fixed_lease_us=None if fixed is None else fixed // timedelta(microseconds=1),
-        )
-        stats = storage.stats(queue)
-        if remote is not None:
-            remote.journal_clocks(journal, final=True)
-            result.hosts = remote.describe_hosts()
-    finally:
-        _close(storage, network, remote)
-    journal.close()
-    events = read_history(history_dir.glob("*.jsonl"))
-    result.violations, result.checker_error = run_checker(events, final)
-    result.checked = result.checker_error is None
-    measure_coverage(result, events)
-    result.check_time = time.monotonic() - d0 - result.drain_time
-    result.tasks = {
-        "enqueued": len(tasks),
-        "succeeded": stats.succeeded,
-        "dead": stats.dead,
-        "pending": stats.pending,
-        "in_flight": stats.in_flight,
-        "missing": len(final.missing),
-    }
-    result.duration = time.monotonic() - t0
-    result.files = write_report(result, events, final, command=command)
-    with contextlib.suppress(Exception):
-        session.drop_namespace(spec)
-    if progress is not None:
-        progress(
-            Progress("done", result.duration, len(tasks), stats, counters, len(result.violations))
-        )
-    return result
-
-
-def _close(
-    storage: Storage,
-    network: WorkerNetwork | HostNetwork | None,
-    remote: RemoteFleet | None = None,
-) -> None:
-    """Close the runner's storage, then the network it may go through, then the hosts."""
-    try:
-        storage.close()
-    finally:
-        try:
-            if network is not None:
-                network.close()
-        finally:
-            if remote is not None:
-                remote.launcher.close()
-
-
-def _harness_storage(
-    session: Session, spec: StorageSpec, network: WorkerNetwork | None
-) -> Storage:
-    """The runner's own storage: through its namespace when the workers have theirs."""
-    if network is None:
-        return session.open(spec)
-    try:
-        return network.harness_storage(lambda dsn: session.open(replace(spec, dsn=dsn)))
-    except BaseException:
-        network.close()
-        raise
+    launcher = setup.launcher
+    result.workers_left = [*fleet.pids(), *launcher.leftovers()]
+    counters.notes.extend(launcher.notes())
+    report_progress("check", force=True)
+    final = read_final_state(
+        storage,
+        queue,
+        [t.id for t in tasks],
+        drained=result.drained,
+        page=DLQ_PAGE,
+        fixed_lease_us=None if fixed_lease is None else fixed_lease // timedelta(microseconds=1),
+    )
+    stats = storage.stats(queue)
+    journal_clocks(journal, launcher.clocks(), final=True)
+    result.hosts = launcher.hosts()
+    return tasks, final, stats, d0
 
 
 def _drain(

@@ -52,16 +52,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncssh
 
-from rdq_compliance.chaos.faults.libfaketime import skew_env
 from rdq_compliance.chaos.fleet_hosts import FleetHosts, Host
 from rdq_compliance.chaos.launcher import ORPHAN_GRACE, ClockOffset, WorkerStart
+from rdq_compliance.chaos.libfaketime import skew_env
 
 T = TypeVar("T")
 
@@ -139,7 +139,7 @@ class _Loop:
 
 
 @dataclass(eq=False)
-class _Link:
+class HostLink:
     """One host's connection, its SFTP session and its folder for this campaign."""
 
     host: Host
@@ -160,7 +160,7 @@ class SshWorker:
     """A worker on a remote host (a :class:`~rdq_compliance.chaos.launcher.WorkerHandle`)."""
 
     name: str
-    link: _Link
+    link: HostLink
     remote_pid: int
     process: asyncssh.SSHClientProcess[str]
     loop: _Loop
@@ -248,7 +248,7 @@ class SshWorker:
         return "\n".join(text.splitlines()[-lines:])
 
 
-async def _fetch(link: _Link, name: str, local: Path) -> None:
+async def _fetch(link: HostLink, name: str, local: Path) -> None:
     await link.sftp.get(f"{link.workdir}/{name}", os.fspath(local))
 
 
@@ -290,7 +290,7 @@ class SshLauncher:
         self.dsn_for = dsn_for
         for folder in (self.history_dir, self.log_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        self.links: list[_Link] = []
+        self.links: list[HostLink] = []
         #: Journals that could not be fetched whole (a lost host that did not answer again).
         self.gaps: list[str] = []
         self.first_clocks: dict[str, ClockOffset] = {}
@@ -312,7 +312,7 @@ class SshLauncher:
 
     # ---- connecting -------------------------------------------------------------------
 
-    async def _connect(self, host: Host, workdir: str | None = None) -> _Link:
+    async def _connect(self, host: Host, workdir: str | None = None) -> HostLink:
         where = f"host {host.name} ({host.url})"
         try:
             conn = await asyncio.wait_for(
@@ -375,9 +375,9 @@ class SshLauncher:
         except BaseException:
             conn.close()
             raise
-        return _Link(host, conn, sftp, workdir, facts["watchdog"])
+        return HostLink(host, conn, sftp, workdir, facts["watchdog"])
 
-    async def _measure(self, link: _Link) -> ClockOffset:
+    async def _measure(self, link: HostLink) -> ClockOffset:
         proc = await link.conn.create_process(
             f"{shlex.quote(link.host.python)} -I -S -u -c {shlex.quote(_CLOCK)}"
         )
@@ -399,12 +399,16 @@ class SshLauncher:
         link.base = best[2]
         return ClockOffset(link.host.name, best[1], best[0] / 2, CLOCK_SAMPLES)
 
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = CONNECT_TIMEOUT_S) -> T:
+        """Run ``coro`` on the launcher's event loop, where its connections live."""
+        return self._loop.call(coro, timeout)
+
     # ---- the Launcher interface --------------------------------------------------------
 
-    def _live_links(self) -> list[_Link]:
+    def _live_links(self) -> list[HostLink]:
         return [ln for ln in self.links if not ln.lost and not ln.conn.is_closed()]
 
-    def _link_for(self, slot: int) -> _Link:
+    def _link_for(self, slot: int) -> HostLink:
         live = self._live_links()
         if not live:
             raise FleetError(
@@ -437,7 +441,7 @@ class SshLauncher:
                     ) from None
                 self._lose(link)  # journalled through lost_hosts(); the next host is tried
 
-    async def _start(self, link: _Link, start: WorkerStart) -> SshWorker:
+    async def _start(self, link: HostLink, start: WorkerStart) -> SshWorker:
         host = link.host
         remote = f"{link.workdir}/{start.name}"
         async with link.sftp.open(f"{remote}.point", "w") as fh:
@@ -515,7 +519,7 @@ class SshLauncher:
             self._lose(worker.link)
         worker._ended_with(worker._returncode)
 
-    def _lose(self, link: _Link) -> None:
+    def _lose(self, link: HostLink) -> None:
         link.lost = True
         for w in link.workers:
             w._ended_with(w._returncode)
@@ -527,7 +531,7 @@ class SshLauncher:
         with contextlib.suppress(Exception):
             self._loop.call(self._arm(worker.link, name, point), 10.0)
 
-    async def _arm(self, link: _Link, name: str, point: str) -> None:
+    async def _arm(self, link: HostLink, name: str, point: str) -> None:
         path = f"{link.workdir}/{name}.point"
         async with link.sftp.open(path + ".tmp", "w") as fh:
             await fh.write(point + "\n")
@@ -611,7 +615,7 @@ class SshLauncher:
             with contextlib.suppress(Exception):
                 self._loop.call(self._collect(link), 60.0)
 
-    def _reconnect(self, link: _Link) -> bool:
+    def _reconnect(self, link: HostLink) -> bool:
         if link.collected:
             return True
         try:
@@ -628,7 +632,7 @@ class SshLauncher:
         link.collected = True
         return True
 
-    async def _collect(self, link: _Link) -> None:
+    async def _collect(self, link: HostLink) -> None:
         for w in list(link.workers):
             with contextlib.suppress(Exception):
                 await self._mirror_one(w)
@@ -682,107 +686,9 @@ class SshLauncher:
             link.conn.close()
         self._loop.close()
 
-    async def _close_link(self, link: _Link) -> None:
+    async def _close_link(self, link: HostLink) -> None:
         await link.conn.run(f"rm -rf {shlex.quote(link.workdir)}", timeout=20)
         link.sftp.exit()
         await link.sftp.wait_closed()
         link.conn.close()
         await link.conn.wait_closed()
-
-
-# ---- partitions of whole hosts -------------------------------------------------------------
-
-#: Run on a host for the length of a cut: puts the nftables table in, says ``cut``, waits
-#: for end of file on stdin (the heal, or the runner's death: the channel closes), then
-#: deletes the table, whatever happened after it went in (a runner that died while the
-#: cut was being made: the ``cut`` line cannot be written). So a SIGKILLed runner leaves
-#: no host cut off.
-_CUT = r"""
-import subprocess, sys
-table, rules = sys.argv[1], sys.argv[2]
-try:
-    subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
-    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
-    print("cut", flush=True)  # a runner gone already: BrokenPipeError, and the finally
-    sys.stdin.read()
-finally:
-    subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
-"""
-#: The nftables table a cut puts on a host.
-CUT_TABLE = "rdq_fleet_cut"
-
-
-class HostNetwork:
-    """The partition fault on a remote fleet: a whole host cut from the server (or made to
-    lose packets to it), by nftables rules on that host over SSH (the SSH user must be
-    allowed to run ``nft``: root, on the kit's test hosts). Rules match the server's
-    address as the host sees it (``server_address``) and its port, both ways, so the
-    host's SSH session to the runner stays up."""
-
-    def __init__(self, launcher: SshLauncher, server_port: int, *, loss_percent: int = 0) -> None:
-        self.launcher = launcher
-        self.port = server_port
-        self.loss_percent = loss_percent
-        self._cuts: dict[str, asyncssh.SSHClientProcess[str]] = {}
-
-    def span(self, slots: Sequence[int]) -> list[int]:
-        """Every slot on the hosts of ``slots``: what cutting those hosts cuts."""
-        hosts = {self.launcher.host_of(s) for s in slots}
-        return sorted(s for s in range(self.launcher.slots) if self.launcher.host_of(s) in hosts)
-
-    def _links(self, slots: Sequence[int]) -> list[_Link]:
-        names = {self.launcher.host_of(s) for s in slots}
-        return [ln for ln in self.launcher.links if ln.host.name in names]
-
-    def partition(self, slots: Sequence[int]) -> None:
-        self._cut(slots, "drop")
-
-    def lose(self, slots: Sequence[int]) -> None:
-        self._cut(slots, f"numgen random mod 100 < {int(self.loss_percent)} drop")
-
-    def _cut(self, slots: Sequence[int], verdict: str) -> None:
-        for link in self._links(slots):
-            if link.host.name in self._cuts or link.lost:
-                continue
-            address = link.host.server_address or link.host.address
-            rules = (
-                f"table inet {CUT_TABLE} {{\n"
-                f"  chain out {{ type filter hook output priority 0; "
-                f"ip daddr {address} tcp dport {self.port} {verdict}; }}\n"
-                f"  chain in {{ type filter hook input priority 0; "
-                f"ip saddr {address} tcp sport {self.port} {verdict}; }}\n"
-                "}\n"
-            )
-            self._cuts[link.host.name] = self.launcher._loop.call(self._open(link, rules), 30.0)
-
-    async def _open(self, link: _Link, rules: str) -> asyncssh.SSHClientProcess[str]:
-        command = (
-            f"{shlex.quote(link.host.python)} -I -S -u -c {shlex.quote(_CUT)} "
-            f"{CUT_TABLE} {shlex.quote(rules)}"
-        )
-        process = await link.conn.create_process(command)
-        line = await asyncio.wait_for(process.stdout.readline(), 20.0)
-        if line.strip() != "cut":
-            errors = await asyncio.wait_for(process.stderr.read(), 5.0)
-            process.close()
-            raise FleetError(
-                f"host {link.host.name}: nftables refused the cut ({errors.strip()[-300:]}): "
-                "the SSH user must be allowed to run nft on the host"
-            )
-        return process
-
-    def heal(self, slots: Sequence[int]) -> None:
-        for link in self._links(slots):
-            process = self._cuts.pop(link.host.name, None)
-            if process is not None and not link.lost:
-                self.launcher._loop.call(self._close(process), 30.0)
-
-    async def _close(self, process: asyncssh.SSHClientProcess[str]) -> None:
-        process.stdin.write_eof()
-        await asyncio.wait_for(process.wait_closed(), 20.0)
-
-    def close(self) -> None:
-        for name in list(self._cuts):
-            process = self._cuts.pop(name)
-            with contextlib.suppress(Exception):
-                self.launcher._loop.call(self._close(process), 30.0)

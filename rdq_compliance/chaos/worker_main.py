@@ -17,7 +17,7 @@ through a watchdog; see :mod:`rdq_compliance.chaos.fleet`). The process
   before a fresh process installed its handler); at the next occurrence of that point
   the worker journals ``info self_kill`` and SIGKILLs itself;
 - under a skewed clock (``time_base`` set: the fleet started it under libfaketime, see
-  :mod:`rdq_compliance.chaos.faults.libfaketime`) journals true time (its monotonic clock
+  :mod:`rdq_compliance.chaos.libfaketime`) journals true time (its monotonic clock
   plus the harness's ``time_base``) and sleeps on the real monotonic clock;
 - stops on SIGTERM (finishing the tasks in hand), and dies with its parent: the parent
   is the fleet's watchdog, and ``PR_SET_PDEATHSIG`` turns its death into our SIGKILL.
@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from rdq_compliance.chaos.events import INFO, Journal
-from rdq_compliance.chaos.faults.libfaketime import patch_sleep, true_time
 from rdq_compliance.chaos.journal_observer import JournalObserver, LockedJournal
+from rdq_compliance.chaos.libfaketime import patch_sleep, true_time
 from rdq_compliance.provision.backend import StorageSpec
 from rdq_compliance.session import open_storage
 from rdq_core.model import Claim, Outcome

@@ -32,7 +32,7 @@ import pytest
 from rdq_compliance import run_summary
 from rdq_compliance.chaos.checker import FinalState, check_storage_clock
 from rdq_compliance.chaos.faults import clock_skew
-from rdq_compliance.chaos.faults.libfaketime import Skew, find_libfaketime, plan_skews, skew_env
+from rdq_compliance.chaos.libfaketime import Skew, find_libfaketime, plan_skews, skew_env
 from rdq_compliance.chaos.nemesis import Counters
 from rdq_compliance.chaos.report import build_timeline, render_timeline
 from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
@@ -122,7 +122,7 @@ def test_without_libfaketime_the_skew_is_skipped_with_a_note(
 
 _PROBE = """
 import json, time
-from rdq_compliance.chaos.faults.libfaketime import patch_sleep, true_time
+from rdq_compliance.chaos.libfaketime import patch_sleep, true_time
 base = float(__import__("sys").argv[1])
 patch_sleep()
 m = time.monotonic()
@@ -276,7 +276,7 @@ def test_storage_clock_passes_one_clock(events: list[dict], why: str) -> None:
 
 
 def _host_clock(host: str, uncertainty: float) -> dict:
-    """The harness's measurement of a remote host's clock (``chaos.remote_fleet``)."""
+    """The harness's measurement of a remote host's clock (``chaos.launcher.journal_clocks``)."""
     return {"seq": 0, "proc": "harness", "t": 99.0, "type": "info", "op": "host",
             "kind": "clock", "host": host, "offset": 0.0, "uncertainty": uncertainty}  # fmt: skip
 

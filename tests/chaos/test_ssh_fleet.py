@@ -634,7 +634,7 @@ run_campaign(load_scenario(sys.argv[1]), session=session, outdir=out / "run",
 
 def _cut_tables(hosts: ssh_hosts.SshHosts) -> list[str]:
     """The hosts on which a partition's nftables table is in place right now."""
-    from rdq_compliance.chaos.ssh_launcher import CUT_TABLE
+    from rdq_compliance.chaos.faults.host_network import CUT_TABLE
 
     return [
         h.name

@@ -3,7 +3,7 @@
 ``[faults.clock_skew]``: ``workers`` slots (at most ``workers.count``; which ones, and
 each one's offset and drift, drawn from the seed) run every worker they hold under
 libfaketime (``FAKETIME="<offset> x<drift>"``, see
-:mod:`rdq_compliance.chaos.faults.libfaketime`): the worker's time of day is off by
+:mod:`rdq_compliance.chaos.libfaketime`): the worker's time of day is off by
 ``offset`` at its start and runs ``drift`` times as fast; its timers (the monotonic
 clock) and its journal stay true. ``offset`` is a signed duration or ``[min, max]`` of
 them (default ``["-3s", "3s"]``); ``drift`` a rate in (0, 10] or ``[min, max]``
@@ -11,10 +11,12 @@ them (default ``["-3s", "3s"]``); ``drift`` a rate in (0, 10] or ``[min, max]``
 unaffected; one that takes the time from its client is caught by the ``storage-clock``
 rule.
 
-The skew is no event of the fault window: the fleet starts the slots' workers skewed
-(:func:`skews_for` gives it the skews; a respawned worker keeps its slot's), and each
-such worker is journaled (``clock_skew``) just before it starts (:func:`skew_journal`).
-Skipped, with a note, where libfaketime is not installed.
+The skew is no event of the fault window: it is set up before the workers start
+(:meth:`ClockSkewFaults.setup`: :func:`skews_for` draws the skews, the launcher places
+them, a slot's own on this machine, a whole host's on other hosts), the fleet starts the
+slots' workers skewed (a respawned worker keeps its slot's), and each such worker is
+journaled (``clock_skew``) just before it starts (:func:`skew_journal`). Skipped, with
+a note, where libfaketime is not installed.
 """
 
 from __future__ import annotations
@@ -32,16 +34,17 @@ from rdq_compliance.chaos.faults.family import (
     Legend,
     Mark,
     Row,
+    SetupContext,
     Style,
     TimelineDraft,
 )
-from rdq_compliance.chaos.faults.libfaketime import (
+from rdq_compliance.chaos.faults.tables import ScenarioError, Table
+from rdq_compliance.chaos.libfaketime import (
     INSTALL_HINT,
     Skew,
     find_libfaketime,
     plan_skews,
 )
-from rdq_compliance.chaos.faults.tables import ScenarioError, Table
 
 if TYPE_CHECKING:
     from rdq_compliance.chaos.journal_observer import LockedJournal
@@ -120,6 +123,21 @@ class ClockSkewFaults(FaultFamily[ClockSkewSettings, ClockSkewCounts]):
                 f"fleet has {workers} (workers.count); give at most {workers}"
             )
 
+    def setup(self, ctx: SetupContext) -> None:
+        """The skewed slots' clocks, placed by the launcher (``ctx.skews``), and the
+        fleet's hook that journals each worker started skewed (``ctx.on_skew``)."""
+        counts = ctx.counts(self)
+        notes: list[str] = []
+        skews, library = skews_for(ctx.settings(self), ctx.seed, ctx.slots, counts, notes)
+        for note in notes:
+            ctx.note(note)
+        if library is None:
+            return
+        placed = ctx.launcher.place_skews(skews, library)
+        counts.skewed_slots = {s.slot: _described(s, host) for s, host in placed}
+        ctx.skews = {s.slot: s for s, _ in placed}
+        ctx.on_skew = skew_journal(ctx.journal, counts)
+
     def new_counts(self) -> ClockSkewCounts:
         return ClockSkewCounts()
 
@@ -161,8 +179,14 @@ def skews_for(
         seed, slots, settings.skewed_workers, settings.skew_offset, settings.skew_drift
     )
     for skew in skews:
-        counts.skewed_slots[skew.slot] = f"{skew.offset:+.3f}s, rate x{skew.drift:.4f}"
+        counts.skewed_slots[skew.slot] = _described(skew)
     return skews, library
+
+
+def _described(skew: Skew, host: str | None = None) -> str:
+    """A skewed slot's clock as the counters say it (and whose it is: a host's)."""
+    text = f"{skew.offset:+.3f}s, rate x{skew.drift:.4f}"
+    return f"{text} (host {host})" if host is not None else text
 
 
 def skew_journal(journal: LockedJournal, counts: ClockSkewCounts) -> Callable[[str, Skew], None]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rdq_compliance.chaos.coverage import Requirement
-from rdq_compliance.chaos.faults.family import FaultFamily, Kind, Legend, Row, Style
+from rdq_compliance.chaos.faults.family import FaultFamily, Kind, Legend, Row, SetupContext, Style
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
 
 S = TypeVar("S")
@@ -126,6 +126,25 @@ class Families:
         except KeyError:
             raise ValueError(f"unknown fault kind {name!r}") from None
 
+    # ---- setting up and tearing down ---------------------------------------------------------
+
+    def setup(self, ctx: SetupContext) -> None:
+        """Each family's :meth:`~FaultFamily.setup`, in order. If one raises, those set up
+        already are torn down (in reverse order) and the error is raised."""
+        done: list[FaultFamily[Any, Any]] = []
+        try:
+            for family in self._families:
+                family.setup(ctx)
+                done.append(family)
+        except BaseException:
+            _teardown(done, ctx, raise_first=False)
+            raise
+
+    def teardown(self, ctx: SetupContext) -> None:
+        """Each family's :meth:`~FaultFamily.teardown`, in reverse order; every one runs
+        even if an earlier one raised, and the first error is raised after."""
+        _teardown(list(self._families), ctx, raise_first=True)
+
     # ---- the displays -----------------------------------------------------------------------
 
     def requirements(self, kinds: Iterable[str]) -> list[Requirement]:
@@ -152,6 +171,20 @@ class Families:
         if op == "fault":
             return self._marks.get(str(event.get("kind")))
         return self._ops.get(str(op))
+
+
+def _teardown(
+    families: list[FaultFamily[Any, Any]], ctx: SetupContext, *, raise_first: bool
+) -> None:
+    """Tear ``families`` down in reverse order, each one whatever the others did."""
+    first: BaseException | None = None
+    for family in reversed(families):
+        try:
+            family.teardown(ctx)
+        except BaseException as exc:
+            first = first or exc
+    if first is not None and raise_first:
+        raise first
 
 
 @dataclass(frozen=True)

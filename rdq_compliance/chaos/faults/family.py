@@ -10,6 +10,10 @@ about its faults, as each of Jepsen's nemesis packages does:
 - its **planning** (:meth:`~FaultFamily.plan`): the :class:`PlannedFault` it adds to the
   seeded schedule, drawn from the :class:`PlanContext`'s random generator, or a note in
   ``PlanContext.skipped`` saying why none (the server does not support it, ...);
+- its **set-up** (:meth:`~FaultFamily.setup`, :meth:`~FaultFamily.teardown`): what its
+  faults need before the workers start (a network to partition them in, their slots'
+  clocks), asked of the launcher where it depends on where the workers run, and kept in
+  the :class:`SetupContext` for the planner, the fleet and the nemesis;
 - its **application** (:meth:`~FaultFamily.apply`) against the :class:`NemesisContext`
   the nemesis hands it (fleet, server, journal, counters, the pending actions, targeting
   helpers), with hooks into the nemesis loop (:meth:`~FaultFamily.tick`,
@@ -42,6 +46,8 @@ from rdq_compliance.chaos.faults.tables import Table
 if TYPE_CHECKING:
     from rdq_compliance.chaos.fleet import Exit, Fleet, WorkerProc
     from rdq_compliance.chaos.journal_observer import LockedJournal
+    from rdq_compliance.chaos.launcher import CampaignLauncher, Network
+    from rdq_compliance.chaos.libfaketime import Skew
     from rdq_compliance.provision.backend import Server
     from rdq_core.spi import Storage
 
@@ -382,3 +388,43 @@ class FaultFamily(Generic[S, C]):
     def draw(self, event: Mapping[str, Any], draft: TimelineDraft) -> None:
         """Add the mark of a journal event the family draws (a ``fault`` of one of its
         :attr:`marks`, or one of its :attr:`ops`) to ``draft``."""
+
+    # ---- setting up and tearing down --------------------------------------------------------
+
+    def setup(self, ctx: SetupContext) -> None:
+        """Called before the workers start (and before the faults are planned): set up
+        what the family's faults need, and keep it in ``ctx`` for the planner, the fleet
+        and the nemesis (or note why not)."""
+
+    def teardown(self, ctx: SetupContext) -> None:
+        """Called once the workers stopped (or the campaign failed), after a
+        :meth:`setup` that returned: undo what it set up."""
+
+
+class SetupContext(Protocol):
+    """What a family sets up with (:meth:`FaultFamily.setup`, :meth:`FaultFamily.teardown`),
+    and where it keeps what it set up: the families' set-up, read by the planner (the
+    network, or why none), the fleet (the skewed slots) and the nemesis (the network)."""
+
+    server: Server
+    #: The backend's name (as notes name it).
+    backend: str
+    #: Where the workers run: it answers what depends on that (the network that cuts
+    #: slots off the server, where clock skews land).
+    launcher: CampaignLauncher
+    seed: int
+    slots: int
+    journal: LockedJournal
+    #: The network that partitions worker slots from the server (the nemesis's), or
+    #: ``None`` and why there is none (``no_network``; ``None`` once there is one).
+    network: Network | None
+    no_network: str | None
+    #: Each skewed slot's clock, and what hears of each worker started under it.
+    skews: dict[int, Skew]
+    on_skew: Callable[[str, Skew], None] | None
+
+    def settings(self, family: FaultFamily[S, Any]) -> S: ...
+
+    def counts(self, family: FaultFamily[Any, C]) -> C: ...
+
+    def note(self, text: str) -> None: ...

@@ -15,10 +15,14 @@ due.
 - ``loss``, the milder variant: the same, but only ``percent`` % of those slots' packets
   are dropped (TCP retransmits: calls slow down, some past the lease), then ``heal``.
 
-Planned only when the campaign built the namespaces
-(:func:`~rdq_compliance.chaos.faults.worker_network.network_for`: root, ``ip``,
-``nft``, a server reached at one TCP address); else left out with a note saying why. A
-slot is never left cut off: a failed heal is retried at every tick, and at the drain.
+The network is set up before the workers start (:meth:`NetworkFaults.setup`) by the
+launcher, which knows where they run: on this machine, a network namespace per slot
+(:mod:`~rdq_compliance.chaos.faults.worker_network`: root, ``ip``, ``nft``, a server
+reached at one TCP address); on other hosts, cuts of whole hosts
+(:mod:`~rdq_compliance.chaos.faults.host_network`). Without one, the faults are left out
+of the plan with a note saying why. A slot is never left cut off: a failed heal is
+retried at every tick, and at the drain, and the network is taken down once the workers
+stopped (:meth:`NetworkFaults.teardown`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from rdq_compliance.chaos.faults.family import (
     PlanContext,
     PlannedFault,
     Row,
+    SetupContext,
     Style,
     TimelineDraft,
 )
@@ -70,7 +75,6 @@ class NetworkCounts(Counts):
     partitioned_workers: int = 0
     losses: int = 0
     heals: int = 0
-
 
 
 class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):
@@ -147,6 +151,25 @@ class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):
 
     def in_window(self, settings: NetworkSettings) -> bool:
         return bool(settings.partitions or settings.losses)
+
+    # ---- setting up -----------------------------------------------------------------------
+
+    def setup(self, ctx: SetupContext) -> None:
+        """The launcher's network when the scenario partitions (``ctx.network``), or why
+        there is none (``ctx.no_network``)."""
+        settings = ctx.settings(self)
+        if not settings.partitions and not settings.losses:
+            return
+        loss = settings.loss_percent if settings.losses else 0
+        network, why = ctx.launcher.partitioner(
+            ctx.server, ctx.backend, ctx.slots, loss_percent=loss
+        )
+        ctx.network, ctx.no_network = network, None if network is not None else why
+
+    def teardown(self, ctx: SetupContext) -> None:
+        network, ctx.network = ctx.network, None
+        if network is not None:
+            network.close()
 
     # ---- planning -------------------------------------------------------------------------
 

@@ -1,10 +1,13 @@
-"""The network a partition campaign's workers run in (see :mod:`rdq_compliance.provision.netns`).
+"""The network a partition campaign's workers run in on this machine (see
+:mod:`rdq_compliance.provision.netns`).
 
-:func:`worker_network` builds it for a campaign whose scenario asks for partitions: one
-namespace per worker slot, each joined to a router namespace that relays to the
-server's own address; every worker of slot *i* runs in namespace *i* and connects
-through the DSN :meth:`~rdq_compliance.provision.backend.Server.dsn_via` gives for its
-relay. The nemesis cuts slots off (:meth:`WorkerNetwork.partition`) and heals them.
+:func:`worker_network` builds it when the scenario partitions workers that run here
+(the :class:`~rdq_compliance.chaos.launcher.LocalLauncher`'s partitioner): one namespace
+per worker slot, each joined to a router namespace that relays to the server's own
+address; every worker of slot *i* runs in namespace *i* (:meth:`WorkerNetwork.launch`)
+and connects through the DSN :meth:`~rdq_compliance.provision.backend.Server.dsn_via`
+gives for its relay. The nemesis cuts slots off (:meth:`WorkerNetwork.partition`) and
+heals them.
 
 When the network cannot be built, it says why, and the campaign runs without it (the
 partitions are left out of the plan with that note): not root, no ``ip``/``nft``, an
@@ -25,11 +28,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from rdq_compliance.chaos.faults.network import NO_NETWORK, NetworkSettings
-from rdq_compliance.chaos.launcher import Launch
 from rdq_compliance.provision import netns
 from rdq_compliance.provision.backend import Server, UnsupportedFault
 from rdq_core.spi import Storage
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where a slot's workers run on this machine: a command prefix, and the DSN they use."""
+
+    prefix: tuple[str, ...]
+    dsn: str
 
 
 class _StorageInNamespace:
@@ -113,17 +122,3 @@ def worker_network(
     except netns.NetnsError as exc:
         return None, f"the network namespaces could not be built: {exc}"
     return WorkerNetwork(topology, server), ""
-
-
-def network_for(
-    settings: NetworkSettings, server: Server, slots: int, backend: str
-) -> tuple[WorkerNetwork | None, str]:
-    """The workers' network when the scenario partitions them, else ``(None, why not)``."""
-    if not settings.partitions and not settings.losses:
-        return None, NO_NETWORK
-    return worker_network(
-        server,
-        slots,
-        backend,
-        loss_percent=settings.loss_percent if settings.losses else 0,
-    )
