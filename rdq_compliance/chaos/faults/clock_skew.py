@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
     Counts,
@@ -42,6 +41,7 @@ from rdq_compliance.chaos.faults.libfaketime import (
     plan_skews,
 )
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
+from rdq_compliance.chaos.faults.windows import Marked, Requirement
 
 if TYPE_CHECKING:
     from rdq_compliance.chaos.journal_observer import LockedJournal
@@ -91,6 +91,7 @@ class ClockSkewFaults(FaultFamily[ClockSkewSettings, ClockSkewCounts]):
         ),
     )
     marks = ("clock_skew",)
+    windows = (Marked("skewed worker", "clock_skew", 70),)
     exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {
         # a skewed worker's heartbeats and reports are judged by the storage's clock
         "clock_skew": (
