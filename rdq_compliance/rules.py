@@ -20,8 +20,8 @@ from rdq_compliance.rule import Need, Rule
 #: The contract the kit holds a backend to, installed beside this module.
 CONTRACT = Path(__file__).with_name("contract.md")
 
-#: The rules the suite tests (and the stateful machine) hold and the chaos checker does
-#: not decide.
+#: The rules the chaos checker does not decide: held by suite tests and the stateful
+#: machine, or reported by a backend (``cluster-keys``).
 SUITE_RULES: tuple[Rule, ...] = (
     Rule(id="claim-limit", text="claim_due never returns more than `limit` tasks"),
     Rule(id="claim-order", text="due tasks are claimed in order of due time"),
