@@ -143,9 +143,10 @@ def run_checker(events: list[Event], final: FinalState) -> tuple[list[Violation]
 def measure_coverage(result: CampaignResult, events: list[Event]) -> None:
     """Count the campaign's calls (``result.coverage``), the checker rules they did not
     exercise, and what the faults that happened promised to exercise and did not."""
-    cov = coverage(events)
+    families = result.scenario.faults.families
+    cov = coverage(events, families.windows())
     happened = {e.get("kind") for e in events if e.get("op") == "fault"}
-    required = result.scenario.faults.families.requirements(sorted(k for k in happened if k))
+    required = families.requirements(sorted(k for k in happened if k))
     result.coverage = cov
     result.not_exercised, result.unmet = unexercised(cov, CHECKER_RULES, required)
 

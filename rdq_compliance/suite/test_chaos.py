@@ -32,10 +32,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.rdq_requires("multi_process")]
 
 
 def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_factory, request):
-    """Rules one-claim, lease-respected, reclaim-expired, lease-expired-recorded,
-    history-numbering, execution-count, fencing, outcome-recorded, no-loss, drain-complete,
-    drain-timeout, dlq-complete, terminal-final, transition and storage-clock: every
-    checker rule holds over a whole campaign with real faults. Every failure
+    """Rules of the chaos checker (every id of ``rdq_compliance.chaos.checker.RULES``):
+    every checker rule holds over a whole campaign with real faults. Every failure
     names the report folder; the fault counters and the folder are recorded for the
     end-of-run summary and the JUnit XML (``rdq.faults``, ``rdq.chaos-report``)."""
     chosen = pytestconfig.getoption("rdq_chaos_scenario")

@@ -4,11 +4,15 @@ rule a fault requires in a window that saw none."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from rdq_compliance.chaos.coverage import NEEDS, OPS, WINDOWS, Requirement, coverage, unexercised
+from rdq_compliance.chaos.faults.family import Counts, FaultFamily
+from rdq_compliance.chaos.faults.registry import BUILTIN
+from rdq_compliance.chaos.faults.tables import Table
 
 
 class History:
@@ -64,6 +68,36 @@ def test_calls_are_counted_by_window_and_outcome():
     assert table["purge"]["all"] == {"ok": 0, "fail": 0, "unknown": 0}
 
 
+def test_calls_are_counted_in_the_cut_server_failover_and_connection_windows():
+    h = History()
+    h.call("harness", 0.0, "enqueue", task="t-A")
+    h.call("w1", 1.0, "claim", claims=claims("A"))
+    h.fault(2.0, "partition", "w1", targets=["w1"])
+    h.call("w0", 3.0, "claim", claims=claims("B", reclaimed=True))  # w1's task, taken
+    h.fault(6.0, "heal", "w1", targets=["w1"])
+    h.call("w1", 7.0, "complete", "fail", token="A", error="stale")  # the cut worker's report
+    h.fault(8.0, "kill_server")
+    h.call("w0", 8.5, "heartbeat", "info", token="B")
+    h.fault(9.0, "restart_server")
+    h.fault(10.0, "failover")
+    h.call("w0", 10.5, "complete", token="B")
+    h.fault(11.0, "promoted")
+    h.call("harness", 12.0, "enqueue", task="t-C")
+    h.fault(12.005, "cut_connections")  # while that enqueue was in flight
+    h.fault(13.0, "kill_server")  # never restarted: down to the end of the run
+    h.call("w0", 13.5, "claim", claims=claims("C"))
+    table = coverage(h.events).table()
+    assert table["claim"]["calm"]["ok"] == 1
+    assert table["claim"]["partitioned"]["ok"] == 1 and table["reclaim"]["partitioned"]["ok"] == 1
+    assert table["complete"]["after a cut"]["fail"] == 1  # late: claimed before the cut
+    assert table["complete"]["partitioned"]["fail"] == 0
+    assert table["extend"]["server down"]["unknown"] == 1
+    assert table["complete"]["failover"]["ok"] == 1 and table["complete"]["calm"]["ok"] == 0
+    assert table["enqueue"]["connections cut"]["ok"] == 1 and table["enqueue"]["calm"]["ok"] == 1
+    assert table["claim"]["server down"]["ok"] == 1
+    assert table["claim"]["all"]["ok"] == 3
+
+
 def test_a_call_never_answered_is_unknown():
     h = History()
     h.ev("w0", 1.0, "invoke", "complete", token="A")  # SIGKILLed in the call
@@ -86,10 +120,40 @@ def test_a_rule_with_no_calls_is_not_exercised_and_a_required_window_is_named():
     assert skewed_heartbeat.describe() == want
 
 
+@dataclass(frozen=True)
+class Nudges:
+    nudges: int = 0
+
+
+@dataclass
+class NudgeCounts(Counts):
+    nudged: int = 0
+
+
+class Requiring(FaultFamily[Nudges, NudgeCounts]):
+    """A family whose ``nudge`` faults require ``fencing`` in one window."""
+
+    name = "requiring"
+    marks = ("nudge",)
+
+    def __init__(self, window: str) -> None:
+        self.exercises = {"nudge": (Requirement("fencing", window),)}
+
+    def parse(self, faults: Table) -> Nudges:
+        return Nudges()
+
+    def new_counts(self) -> NudgeCounts:
+        return NudgeCounts()
+
+
 def test_a_requirement_names_a_known_rule_window_and_operation():
     with pytest.raises(ValueError, match="rule 'one-clam'"):
         Requirement("one-clam", "all")
+    # the window: one the composed families open (checked when they are composed)
     with pytest.raises(ValueError, match="fault window 'paused'"):
-        Requirement("fencing", "paused")
+        BUILTIN.plus(Requiring("paused"))
+    assert BUILTIN.plus(Requiring("partitioned")).requirements(["nudge"]) == [
+        Requirement("fencing", "partitioned")
+    ]
     with pytest.raises(ValueError, match=r"operations \['heartbeat'\]"):
         Requirement("fencing", "all", ("heartbeat",))

@@ -30,9 +30,6 @@ relies on:
 - a worker journals a storage call's ``invoke`` before making it, and learns a token
   only from a claim it journals; so an unknown claim (claim ``info``) never reports.
 
-The rules (one public function each; :func:`check` runs them all):
-
-==================================  =================================================
 :func:`check_mutual_exclusion`      ``one-claim``, ``lease-respected`` (the one rule)
 :func:`check_reclaim_after_expiry`  ``lease-respected``, ``reclaim-expired``
 :func:`check_lease_expired_recorded` ``lease-expired-recorded``
@@ -48,6 +45,14 @@ The rules (one public function each; :func:`check` runs them all):
 :func:`check_storage_clock`         ``storage-clock`` (one storage clock, never running
                                     backwards in real-time order)
 ==================================  =================================================
+=======
+The rules: each rule family module declares its rules, one
+:class:`~rdq_compliance.chaos.checker.engine.CheckerRule` value per rule id (its text,
+the public checks that decide it, what exercises it); :mod:`~.compose` composes them
+into :func:`check` (every check), :data:`RULES` (every rule id, with its text) and the
+public checks, which this package exports by name (``check_mutual_exclusion``,
+``check_fencing``, ...; each runs alone over a history and a final state). Each family
+module's docstring says which check decides which rule.
 
 One assumption goes beyond the contract, and only where the history cannot say more:
 a LEASE_EXPIRED attempt of a claim whose reply was lost (its lease is unknown) is
@@ -67,56 +72,36 @@ The package, one job per module (each imports only the ones above it):
 ``format``                 storage times, claims and attempts as text; timeline excerpts
 ``findings``               :func:`~findings.finding` (every rule's one way to report),
                            :class:`Violation` and its JSON form
-``engine``                 what a rule is, and how rules run over a history
-``exclusion``              ``one-claim``, ``lease-respected``, ``reclaim-expired``,
-                           ``lease-expired-recorded``
-``numbering``              ``history-numbering``, ``execution-count``
-``outcomes``               ``fencing``, ``outcome-recorded``
-``endings``                ``no-loss``, ``drain-*``, ``dlq-complete``, ``terminal-final``,
-                           ``transition``
-``storage_clock``          ``storage-clock``
-``compose``                :func:`check` (every rule) and :data:`RULES`
+``engine``                 what a check and a checker rule are, and how checks run over
+                           a history
+``exclusion``              mutual exclusion and lease expiry
+``numbering``              the attempt history's numbering, and the executions
+``outcomes``               fenced outcomes and heartbeats, and recorded outcomes
+``endings``                where every task ends: nothing lost, drained, the DLQ exact,
+                           terminal states final
+``storage_clock``          one storage clock, never running backwards
+``compose``                the rules of every family module composed: :func:`check`,
+                           :data:`RULES` and the public checks
 =========================  ==============================================================
 """
 
 from __future__ import annotations
 
-from rdq_compliance.chaos.checker.compose import RULES, check
-from rdq_compliance.chaos.checker.endings import (
-    check_dlq,
-    check_drained,
-    check_final_status,
-    check_no_loss,
-    check_terminal_final,
-)
-from rdq_compliance.chaos.checker.exclusion import (
-    check_lease_expired_recorded,
-    check_mutual_exclusion,
-    check_reclaim_after_expiry,
-)
+from rdq_compliance.chaos.checker.compose import CHECKS, RULES, check
+from rdq_compliance.chaos.checker.engine import Check
 from rdq_compliance.chaos.checker.final_state import FinalState, read_final_state
 from rdq_compliance.chaos.checker.findings import Violation
-from rdq_compliance.chaos.checker.numbering import check_execution_count, check_history_numbering
-from rdq_compliance.chaos.checker.outcomes import check_fencing, check_outcomes_recorded
-from rdq_compliance.chaos.checker.storage_clock import check_storage_clock
 
-__all__ = [
-    "RULES",
-    "FinalState",
-    "Violation",
-    "check",
-    "check_dlq",
-    "check_drained",
-    "check_execution_count",
-    "check_fencing",
-    "check_final_status",
-    "check_history_numbering",
-    "check_lease_expired_recorded",
-    "check_mutual_exclusion",
-    "check_no_loss",
-    "check_outcomes_recorded",
-    "check_reclaim_after_expiry",
-    "check_storage_clock",
-    "check_terminal_final",
-    "read_final_state",
-]
+__all__ = ["RULES", "FinalState", "Violation", "check", "read_final_state", *CHECKS]
+
+
+def __getattr__(name: str) -> Check:
+    """The public checks, by name (``check_fencing``, ...: :data:`compose.CHECKS`)."""
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *CHECKS})

@@ -17,26 +17,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rdq_compliance.chaos.checker.engine import History, Rule, run
+from rdq_compliance.chaos.checker.engine import CheckerRule, History, runs
 from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import att_desc, claim_desc, storage_time
 from rdq_compliance.chaos.checker.index import DEAD_LETTER
 from rdq_compliance.chaos.checker.view import Context, View
+from rdq_compliance.rule import Need, NoNeed, Rule
 from rdq_core.model import Outcome, Status, micros_from_utc
 
-NO_LOSS = "no-loss"
-DRAIN_COMPLETE = "drain-complete"
-DRAIN_TIMEOUT = "drain-timeout"
-DLQ_COMPLETE = "dlq-complete"
-TERMINAL_FINAL = "terminal-final"
-TRANSITION = "transition"
 
-#: The rules this module decides.
-RULE_IDS = (NO_LOSS, DRAIN_COMPLETE, DRAIN_TIMEOUT, DLQ_COMPLETE, TERMINAL_FINAL, TRANSITION)
-
-
-def _about(ctx: Context, rule: str, task_id: str, detail: str) -> Finding:
+def _about(ctx: Context, rule: Rule, task_id: str, detail: str) -> Finding:
     """A finding about a task's final state: its last two claims named, and every
     event of the task shown."""
     return finding(rule, task_id, ctx.claims_of(task_id)[-2:], detail, whole_timeline=True)
@@ -204,22 +195,16 @@ def _final_status(ctx: Context) -> list[Finding]:
     return out
 
 
-NOTHING_LOST = Rule(whole=(_no_loss,))
-DRAINED = Rule(whole=(_drained,))
-DLQ = Rule(whole=(_dlq,))
-TERMINAL = Rule(per_task=(_terminal_final,))
-FINAL_STATUS = Rule(whole=(_final_status,))
-
-
+@runs(whole=(_no_loss,))
 def check_no_loss(events: History, final: FinalState) -> list[Violation]:
     """No task vanishes (rule ``no-loss``, bug class ``lost-task``).
 
     Every id the harness enqueued (``final.enqueued`` and enqueue ``ok`` events) still
     exists: the harness never purges.
     """
-    return run(events, final, NOTHING_LOST)
 
 
+@runs(whole=(_drained,))
 def check_drained(events: History, final: FinalState) -> list[Violation]:
     """After the drain every task is SUCCEEDED or DEAD.
 
@@ -228,26 +213,68 @@ def check_drained(events: History, final: FinalState) -> list[Violation]:
     ("still live when the drain ended") when the drain ran out of time or stalled: a run must
     drain, so this too is a violation.
     """
-    return run(events, final, DRAINED)
 
 
+@runs(whole=(_dlq,))
 def check_dlq(events: History, final: FinalState) -> list[Violation]:
     """The DLQ lists exactly the DEAD tasks, once each, with the whole history
     (rule ``dlq-complete``): every DEAD task is listed, every listed task is DEAD, and
     its attempts are those ``get()`` returns."""
-    return run(events, final, DLQ)
 
 
+@runs(per_task=(_terminal_final,))
 def check_terminal_final(events: History, final: FinalState) -> list[Violation]:
     """SUCCEEDED is final and DEAD only comes back by redrive (rule ``terminal-final``).
 
     A claim made after the previous claim's SUCCESS attempt was accepted is a violation;
     so is a task claimed again after dead-lettered more often than the history redrove it.
     """
-    return run(events, final, TERMINAL)
 
 
+@runs(whole=(_final_status,))
 def check_final_status(events: History, final: FinalState) -> list[Violation]:
     """A terminal task's history ends with the attempt that made it so (``transition``):
     SUCCEEDED ends with SUCCESS; DEAD with a failed attempt (RETRYABLE/PERMANENT)."""
-    return run(events, final, FINAL_STATUS)
+
+
+# ---- the rules -------------------------------------------------------------------------------
+
+NO_LOSS = CheckerRule(
+    id="no-loss",
+    text="no task vanishes: every task ends SUCCEEDED or DEAD or is visibly live",
+    checks=(check_no_loss,),
+    needs=Need(("enqueue",), "enqueue"),
+)
+DRAIN_COMPLETE = CheckerRule(
+    id="drain-complete",
+    text="after the drain every enqueued task is SUCCEEDED or DEAD",
+    checks=(check_drained,),
+    needs=Need(("enqueue",), "enqueue"),
+)
+DRAIN_TIMEOUT = CheckerRule(
+    id="drain-timeout",
+    text=(
+        "the run drains: no task still PENDING/IN_FLIGHT when the drain ends "
+        "(at its deadline, or stalled)"
+    ),
+    checks=(check_drained,),
+    needs=NoNeed("judged on the drain every campaign ends with, whatever calls it made"),
+)
+DLQ_COMPLETE = CheckerRule(
+    id="dlq-complete",
+    text="the DLQ lists exactly the DEAD tasks, once each, with their whole history",
+    checks=(check_dlq,),
+    needs=Need(("dead_letter",), "dead-letter"),
+)
+TERMINAL_FINAL = CheckerRule(
+    id="terminal-final",
+    text="SUCCEEDED and DEAD tasks are never claimed again",
+    checks=(check_terminal_final,),
+    needs=Need(("complete", "dead_letter"), "complete or dead-letter"),
+)
+TRANSITION = CheckerRule(
+    id="transition",
+    text="complete/reschedule/dead_letter make the documented state change",
+    checks=(check_final_status,),
+    needs=NoNeed("judged on every task's final state and history, whatever calls it made"),
+)

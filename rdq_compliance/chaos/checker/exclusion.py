@@ -15,20 +15,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rdq_compliance.chaos.checker.engine import History, Rule, run
+from rdq_compliance.chaos.checker.engine import CheckerRule, History, runs
 from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import att_desc, claim_desc, ms, ops_desc, storage_time
 from rdq_compliance.chaos.checker.view import LE, Context, View
+from rdq_compliance.rule import Need
 from rdq_core.model import Status
-
-ONE_CLAIM = "one-claim"
-LEASE_RESPECTED = "lease-respected"
-RECLAIM_EXPIRED = "reclaim-expired"
-LEASE_EXPIRED_RECORDED = "lease-expired-recorded"
-
-#: The rules this module decides.
-RULE_IDS = (ONE_CLAIM, LEASE_RESPECTED, RECLAIM_EXPIRED, LEASE_EXPIRED_RECORDED)
 
 
 def _mutual_exclusion(ctx: Context, v: View, out: list[Finding]) -> None:
@@ -39,7 +32,7 @@ def _mutual_exclusion(ctx: Context, v: View, out: list[Finding]) -> None:
         if not v.overlap[k]:
             continue
         c, n = claims[k], claims[k + 1]
-        rule = LEASE_RESPECTED if n.reclaimed else ONE_CLAIM
+        rule = LEASE_HONOURED if n.reclaimed else ONE_CLAIM
         end = v.lease_end[k]
         what = "reclaimed" if n.reclaimed else "claimed"
         extended = " (extended by heartbeats)" if end > c.lease_expires_at else ""
@@ -133,7 +126,7 @@ def _reclaim_after_expiry(ctx: Context, v: View, out: list[Finding]) -> None:
         if fin < end:
             out.append(
                 finding(
-                    LEASE_RESPECTED,
+                    LEASE_HONOURED,
                     v.task_id,
                     (c,),
                     f"the history records {claim_desc(c)} as "
@@ -184,7 +177,7 @@ def _reclaim_after_expiry(ctx: Context, v: View, out: list[Finding]) -> None:
             f"was lost): reclaimed after {ms(a[2] - a[1])}, but every claim of the run "
             f"asked a lease of {ms(lease)}"
         )
-        out.append(finding(LEASE_RESPECTED, v.task_id, () if thief is None else (thief,), detail))
+        out.append(finding(LEASE_HONOURED, v.task_id, () if thief is None else (thief,), detail))
 
 
 def _lease_expired_recorded(ctx: Context, v: View, out: list[Finding]) -> None:
@@ -276,11 +269,7 @@ def _lease_expired_recorded(ctx: Context, v: View, out: list[Finding]) -> None:
         out.append(finding(LEASE_EXPIRED_RECORDED, v.task_id, pair, detail))
 
 
-MUTUAL_EXCLUSION = Rule(per_task=(_mutual_exclusion,))
-RECLAIM_AFTER_EXPIRY = Rule(per_task=(_reclaim_after_expiry,))
-EXPIRIES_RECORDED = Rule(per_task=(_lease_expired_recorded,))
-
-
+@runs(per_task=(_mutual_exclusion,))
 def check_mutual_exclusion(events: History, final: FinalState) -> list[Violation]:
     """No two workers hold a live claim on one task; one outcome per claim (the one rule).
 
@@ -295,9 +284,9 @@ def check_mutual_exclusion(events: History, final: FinalState) -> list[Violation
     one acknowledged outcome call for a token, or more outcome attempts started at one
     instant than claims made then.
     """
-    return run(events, final, MUTUAL_EXCLUSION)
 
 
+@runs(per_task=(_reclaim_after_expiry,))
 def check_reclaim_after_expiry(events: History, final: FinalState) -> list[Violation]:
     """A claim is taken over only after its lease expired, and as a reclaim
     (``contract.md#claims-leases-and-tokens``).
@@ -311,9 +300,9 @@ def check_reclaim_after_expiry(events: History, final: FinalState) -> list[Viola
       while a LEASE_EXPIRED attempt ends at its ``claimed_at`` (and no other claim of
       that instant is a reclaim): the backend took over a lease without saying so.
     """
-    return run(events, final, RECLAIM_AFTER_EXPIRY)
 
 
+@runs(per_task=(_lease_expired_recorded,))
 def check_lease_expired_recorded(events: History, final: FinalState) -> list[Violation]:
     """A LEASE_EXPIRED attempt for every claim that ended without an outcome
     (rule ``lease-expired-recorded``).
@@ -324,4 +313,34 @@ def check_lease_expired_recorded(events: History, final: FinalState) -> list[Vio
     expires twice; every reclaim appended a LEASE_EXPIRED attempt ending at it. Rule
     ``lease-expired-recorded``.
     """
-    return run(events, final, EXPIRIES_RECORDED)
+
+
+# ---- the rules -------------------------------------------------------------------------------
+
+ONE_CLAIM = CheckerRule(
+    id="one-claim",
+    text="no two workers hold a live claim on the same task",
+    checks=(check_mutual_exclusion,),
+    needs=Need(("claim",), "claim"),
+)
+LEASE_HONOURED = CheckerRule(
+    id="lease-respected",
+    text="a live lease is never taken over; reclaim only after expiry",
+    checks=(check_mutual_exclusion, check_reclaim_after_expiry),
+    needs=Need(("reclaim",), "reclaim"),
+)
+RECLAIM_EXPIRED = CheckerRule(
+    id="reclaim-expired",
+    text="an expired lease is reclaimed, with a LEASE_EXPIRED attempt",
+    checks=(check_reclaim_after_expiry,),
+    needs=Need(("reclaim",), "reclaim"),
+)
+LEASE_EXPIRED_RECORDED = CheckerRule(
+    id="lease-expired-recorded",
+    text=(
+        "a claim that ended without an outcome leaves a LEASE_EXPIRED attempt, and only "
+        "such a claim"
+    ),
+    checks=(check_lease_expired_recorded,),
+    needs=Need(("reclaim",), "reclaim"),
+)

@@ -1,11 +1,11 @@
 """What a rule reports, and what the checker answers.
 
-A rule reports a :class:`Finding`, always made by :func:`finding`: the rule id, the task,
-the claims involved (from which the workers, the tokens, the events to show and the
-event to centre on follow) and what was seen. :func:`violations` turns the findings of
-a check into :class:`Violation` objects, each with its message (``[rule] what the rule
-says: what was seen``, :func:`rdq_compliance.rules.message`) and its timeline excerpt;
-:meth:`Violation.as_json` is the form the report writes.
+A rule reports a :class:`Finding`, always made by :func:`finding`: the rule (its
+declaration), the task, the claims involved (from which the workers, the tokens, the
+events to show and the event to centre on follow) and what was seen. :func:`violations`
+turns the findings of a check into :class:`Violation` objects, each with its message
+(``[rule] what the rule says: what was seen``, :meth:`rdq_compliance.rule.Rule.message`)
+and its timeline excerpt; :meth:`Violation.as_json` is the form the report writes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from rdq_compliance.chaos.checker.format import excerpt, format_event, task_events
 from rdq_compliance.chaos.checker.index import HistoryIndex, JournalClaim
-from rdq_compliance.rules import message
+from rdq_compliance.rule import Rule
 
 __all__ = ["Finding", "Violation", "finding", "violations"]
 
@@ -54,7 +54,7 @@ class Violation:
 class Finding:
     """A violation before it is worded: see :func:`finding`."""
 
-    rule: str
+    rule: Rule
     task: str | None
     workers: tuple[str, ...]
     tokens: tuple[str, ...]
@@ -69,11 +69,11 @@ class Finding:
         if self.tokens:
             head += f"; tokens {', '.join(self.tokens)}"
         return Violation(
-            rule=self.rule,
+            rule=self.rule.id,
             task=self.task,
             workers=self.workers,
             tokens=self.tokens,
-            message=message(self.rule, f"{head}: {self.detail}"),
+            message=self.rule.message(f"{head}: {self.detail}"),
             excerpt=excerpt,
         )
 
@@ -84,7 +84,7 @@ def uniq(items: Iterable[str]) -> tuple[str, ...]:
 
 
 def finding(
-    rule: str,
+    rule: Rule,
     task: str | None,
     claims: Sequence[JournalClaim],
     detail: str,

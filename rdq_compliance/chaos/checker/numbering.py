@@ -10,19 +10,14 @@
 
 from __future__ import annotations
 
-from rdq_compliance.chaos.checker.engine import History, Rule, run
+from rdq_compliance.chaos.checker.engine import CheckerRule, History, runs
 from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import att_desc, claim_desc, storage_time
 from rdq_compliance.chaos.checker.index import JournalClaim
 from rdq_compliance.chaos.checker.view import Context, View, us
+from rdq_compliance.rule import Need
 from rdq_core.model import Status, Task
-
-HISTORY_NUMBERING = "history-numbering"
-EXECUTION_COUNT = "execution-count"
-
-#: The rules this module decides.
-RULE_IDS = (HISTORY_NUMBERING, EXECUTION_COUNT)
 
 
 def _numbering_of_histories(ctx: Context) -> list[Finding]:
@@ -135,10 +130,7 @@ def _execution_count(ctx: Context, v: View, out: list[Finding]) -> None:
         )
 
 
-NUMBERING = Rule(per_task=(_numbering_of_claims,), whole=(_numbering_of_histories,))
-EXECUTIONS = Rule(per_task=(_execution_count,))
-
-
+@runs(per_task=(_numbering_of_claims,), whole=(_numbering_of_histories,))
 def check_history_numbering(events: History, final: FinalState) -> list[Violation]:
     """Invariant H: ``attempt_no`` unique and strictly increasing, redrives included.
 
@@ -148,9 +140,9 @@ def check_history_numbering(events: History, final: FinalState) -> list[Violatio
     that restarts the numbering shows; and the attempt recorded for a claim bears the
     number that claim announced. Rule ``history-numbering``.
     """
-    return run(events, final, NUMBERING)
 
 
+@runs(per_task=(_execution_count,))
 def check_execution_count(events: History, final: FinalState) -> list[Violation]:
     """No task ran more often than its history records (rule ``execution-count``).
 
@@ -158,4 +150,19 @@ def check_execution_count(events: History, final: FinalState) -> list[Violation]
     at most its attempts in the final history plus one open claim (if IN_FLIGHT): every
     execution ends in an attempt (its outcome, or LEASE_EXPIRED when reclaimed).
     """
-    return run(events, final, EXECUTIONS)
+
+
+# ---- the rules -------------------------------------------------------------------------------
+
+HISTORY_NUMBERING = CheckerRule(
+    id="history-numbering",
+    text="attempt_no unique, increasing, max+1 across redrives",
+    checks=(check_history_numbering,),
+    needs=Need(("reclaim", "reschedule", "dead_letter"), "new-attempt"),
+)
+EXECUTION_COUNT = CheckerRule(
+    id="execution-count",
+    text="no task runs more often than its history records attempts",
+    checks=(check_execution_count,),
+    needs=Need(("claim",), "claim"),
+)

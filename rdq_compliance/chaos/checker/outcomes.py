@@ -9,18 +9,13 @@
 
 from __future__ import annotations
 
-from rdq_compliance.chaos.checker.engine import History, Rule, run
+from rdq_compliance.chaos.checker.engine import CheckerRule, History, runs
 from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import att_desc, claim_desc, ops_desc, storage_time
 from rdq_compliance.chaos.checker.index import JournalClaim, proc_of
 from rdq_compliance.chaos.checker.view import Context, View
-
-FENCING = "fencing"
-OUTCOME_RECORDED = "outcome-recorded"
-
-#: The rules this module decides.
-RULE_IDS = (FENCING, OUTCOME_RECORDED)
+from rdq_compliance.rule import Need
 
 
 def _fencing(ctx: Context, v: View, out: list[Finding]) -> None:
@@ -172,10 +167,7 @@ def _outcomes_recorded(ctx: Context, v: View, out: list[Finding]) -> None:
         )
 
 
-FENCED = Rule(per_task=(_fencing,))
-OUTCOMES = Rule(per_task=(_outcomes_recorded,))
-
-
+@runs(per_task=(_fencing,))
 def check_fencing(events: History, final: FinalState) -> list[Violation]:
     """Outcomes and heartbeats need the current token (rule ``fencing``).
 
@@ -191,13 +183,28 @@ def check_fencing(events: History, final: FinalState) -> list[Violation]:
       was written through a stale token;
     - one token minted for two claims.
     """
-    return run(events, final, FENCED)
 
 
+@runs(per_task=(_outcomes_recorded,))
 def check_outcomes_recorded(events: History, final: FinalState) -> list[Violation]:
     """An acknowledged outcome is in the history (rule ``outcome-recorded``).
 
     An outcome call that returned ``ok`` appended an attempt started at its claim's
     ``claimed_at``; the final history must hold it (a reset or lost history fails).
     """
-    return run(events, final, OUTCOMES)
+
+
+# ---- the rules -------------------------------------------------------------------------------
+
+FENCING = CheckerRule(
+    id="fencing",
+    text="outcomes and heartbeats need the current token and IN_FLIGHT",
+    checks=(check_fencing,),
+    needs=Need(("complete", "reschedule", "dead_letter", "extend"), "outcome report or heartbeat"),
+)
+OUTCOME_RECORDED = CheckerRule(
+    id="outcome-recorded",
+    text="an acknowledged outcome is in the task's history, at its claim",
+    checks=(check_outcomes_recorded,),
+    needs=Need(("complete", "reschedule", "dead_letter"), "outcome report"),
+)

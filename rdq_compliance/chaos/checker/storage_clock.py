@@ -23,18 +23,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from rdq_compliance.chaos.checker.engine import History, Rule, run
+from rdq_compliance.chaos.checker.engine import CheckerRule, History, runs
 from rdq_compliance.chaos.checker.final_state import FinalState
 from rdq_compliance.chaos.checker.findings import Finding, Violation, finding
 from rdq_compliance.chaos.checker.format import ms, storage_time
 from rdq_compliance.chaos.checker.index import CLAIM, HEARTBEAT
 from rdq_compliance.chaos.checker.view import Context
 from rdq_compliance.chaos.events import INVOKE, OK
-
-STORAGE_CLOCK = "storage-clock"
-
-#: The rules this module decides.
-RULE_IDS = (STORAGE_CLOCK,)
+from rdq_compliance.rule import Need
 
 #: How far (µs) a later call's storage time may lie before an earlier one's.
 TOLERANCE_US = 100_000
@@ -171,9 +167,16 @@ def _storage_clock(ctx: Context) -> list[Finding]:
     return out
 
 
-STORAGE_CLOCK_RULE = Rule(whole=(_storage_clock,))
-
-
+@runs(whole=(_storage_clock,))
 def check_storage_clock(events: History, final: FinalState) -> list[Violation]:
     """Only the ``storage-clock`` rule (see :func:`rdq_compliance.chaos.checker.check`)."""
-    return run(events, final, STORAGE_CLOCK_RULE)
+
+
+# ---- the rule --------------------------------------------------------------------------------
+
+STORAGE_CLOCK = CheckerRule(
+    id="storage-clock",
+    text="due-ness and leases follow the storage's clock",
+    checks=(check_storage_clock,),
+    needs=Need(("claim", "extend"), "claim or heartbeat"),
+)

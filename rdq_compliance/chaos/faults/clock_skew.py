@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
     Counts,
@@ -39,6 +38,7 @@ from rdq_compliance.chaos.faults.family import (
     TimelineDraft,
 )
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
+from rdq_compliance.chaos.faults.windows import Marked, Requirement
 from rdq_compliance.chaos.libfaketime import (
     INSTALL_HINT,
     Skew,
@@ -94,6 +94,7 @@ class ClockSkewFaults(FaultFamily[ClockSkewSettings, ClockSkewCounts]):
         ),
     )
     marks = ("clock_skew",)
+    windows = (Marked("skewed worker", "clock_skew", 70),)
     exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {
         # a skewed worker's heartbeats and reports are judged by the storage's clock
         "clock_skew": (

@@ -5,8 +5,10 @@ and the parsed ``[faults]`` table, :class:`Faults`.
 The order is the order their tables are read, their faults drawn from the seed and their
 counters listed (so a seed gives the same schedule); the order of faults due at the same
 instant is each :class:`~rdq_compliance.chaos.faults.family.Kind`'s ``rank``, and the
-displays order rows and legend entries by their own ``rank``. The families must not
-clash: each name, table, kind, journal kind drawn, setting and count belongs to one.
+displays order rows and legend entries by their own ``rank``, and coverage its windows by
+theirs. The families must not clash: each name, table, kind, journal kind drawn, coverage
+window, setting and count belongs to one; and a window reads, and a requirement names,
+only what the families compose (journal kinds they draw, windows they open).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.faults.family import FaultFamily, Kind, Legend, Row, SetupContext, Style
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
+from rdq_compliance.chaos.faults.windows import Requirement, Window, ordered
 
 S = TypeVar("S")
 
@@ -68,10 +70,36 @@ class Families:
             for style in family.styles:
                 claim("timeline mark", style.mark, family)
                 self.styles[style.mark] = style
+            for window in family.windows:
+                for name in window.names:
+                    claim("coverage window", name, family)
             for f in dataclasses.fields(family.defaults()):
                 claim("setting", f.name, family)
             for f in dataclasses.fields(family.new_counts()):
                 claim("count", f.name, family)
+        self._check_coverage()
+
+    def _check_coverage(self) -> None:
+        """Each window opens and closes on journal fault kinds a family draws; each
+        requirement names a window a family opens (or ``calm``, or ``all``)."""
+        names = {"calm", "all"}
+        for family in self._families:
+            for window in family.windows:
+                names.update(window.names)
+                unknown = sorted(set(window.kinds) - set(self._marks))
+                if unknown:
+                    raise ValueError(
+                        f"fault family {family.name!r}: the window {window.names[0]!r} reads "
+                        f"fault kinds no family draws: {unknown}"
+                    )
+        for family in self._families:
+            for kind, required in family.exercises.items():
+                for r in required:
+                    if r.window not in names:
+                        raise ValueError(
+                            f"fault family {family.name!r}: {kind!r} requires {r.rule!r} in "
+                            f"unknown fault window {r.window!r}: one of {sorted(names)}"
+                        )
 
     def __iter__(self) -> Iterator[FaultFamily[Any, Any]]:
         return iter(self._families)
@@ -146,6 +174,10 @@ class Families:
         _teardown(list(self._families), ctx, raise_first=True)
 
     # ---- the displays -----------------------------------------------------------------------
+
+    def windows(self) -> list[Window]:
+        """Every family's coverage windows, by rank."""
+        return ordered(w for f in self._families for w in f.windows)
 
     def requirements(self, kinds: Iterable[str]) -> list[Requirement]:
         """What the faults of journal ``kinds`` that happened must have exercised."""

@@ -28,6 +28,7 @@ from rdq_compliance.chaos.faults.family import (
     TimelineDraft,
 )
 from rdq_compliance.chaos.faults.tables import Table
+from rdq_compliance.chaos.faults.windows import Instant
 from rdq_compliance.chaos.journal_observer import error_text
 from rdq_compliance.provision.backend import CUT_CONNECTIONS
 
@@ -52,6 +53,7 @@ class ConnectionFaults(FaultFamily[ConnectionSettings, ConnectionCounts]):
     kinds = (Kind("cut_connections", 40, talks_to_server=True),)
     rows = (Row(60, "connection_cuts", label="connection cuts", summary="connection cuts"),)
     marks = ("cut_connections",)
+    windows = (Instant("connections cut", "cut_connections", 60),)
     styles = (Style("cut", "rule", "#2980b9"),)
     legend = (Legend(30, "connections cut", "background:#2980b9"),)
 

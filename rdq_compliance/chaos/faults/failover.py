@@ -38,6 +38,7 @@ from rdq_compliance.chaos.faults.family import (
     TimelineDraft,
 )
 from rdq_compliance.chaos.faults.tables import Table
+from rdq_compliance.chaos.faults.windows import Span
 from rdq_compliance.chaos.journal_observer import error_text
 from rdq_compliance.provision.backend import FAILOVER
 
@@ -62,6 +63,7 @@ class FailoverFaults(FaultFamily[FailoverSettings, FailoverCounts]):
     kinds = (Kind("failover", 10, talks_to_server=True),)
     rows = (Row(50, "failovers", label="failovers", summary="failovers"),)
     marks = ("failover", "promoted")
+    windows = (Span("failover", ("failover",), ("promoted",), 50),)
     styles = (Style("failover", "band", "#9b59b6", "0.25"),)
     legend = (Legend(70, "failover", "background:#9b59b6;opacity:.45"),)
 

@@ -23,8 +23,9 @@ about its faults, as each of Jepsen's nemesis packages does:
 - its **counters** (a dataclass with ``as_dict()``: :meth:`~FaultFamily.new_counts`) and
   the :class:`Row` each display prints of them (the report, the live table, the CLI's
   summary, the pytest summary line);
-- what its faults **exercise** (:attr:`~FaultFamily.exercises`): the rules that must see
-  calls, and in which fault window, once one of its faults happened;
+- the coverage **windows** its faults open (:attr:`~FaultFamily.windows`), and what its
+  faults **exercise** (:attr:`~FaultFamily.exercises`): the rules that must see calls,
+  and in which fault window, once one of its faults happened;
 - its **timeline marks**: which journal events it draws (:attr:`~FaultFamily.marks`,
   :attr:`~FaultFamily.ops`, :meth:`~FaultFamily.draw`), each mark's :class:`Style`, and
   its :class:`Legend` entries.
@@ -40,8 +41,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.faults.tables import Table
+from rdq_compliance.chaos.faults.windows import Requirement, Window
 
 if TYPE_CHECKING:
     from rdq_compliance.chaos.fleet import Exit, Fleet, WorkerProc
@@ -304,6 +305,10 @@ class FaultFamily(Generic[S, C]):
     #: The journal's ``fault`` kinds it draws on the timeline, and other ops it draws.
     marks: ClassVar[tuple[str, ...]] = ()
     ops: ClassVar[tuple[str, ...]] = ()
+    #: The coverage windows its faults open, as data read from the journal's ``fault``
+    #: events (:mod:`~rdq_compliance.chaos.faults.windows`: a span from an opening kind to
+    #: a closing one, per worker or run-wide, an instant, a mark on a worker).
+    windows: ClassVar[tuple[Window, ...]] = ()
     #: What its faults exist to exercise: journal ``fault`` kind (one of its
     #: :attr:`marks`) -> the rules that must then see calls, and in which window
     #: (:class:`~rdq_compliance.chaos.coverage.Requirement`); a campaign in which such a

@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rdq_compliance.chaos.coverage import Requirement
 from rdq_compliance.chaos.events import INFO
 from rdq_compliance.chaos.faults.family import (
     Counts,
@@ -48,6 +47,7 @@ from rdq_compliance.chaos.faults.family import (
     TimelineDraft,
 )
 from rdq_compliance.chaos.faults.tables import ScenarioError, Table
+from rdq_compliance.chaos.faults.windows import Requirement, WorkerSpan
 from rdq_compliance.chaos.journal_observer import error_text
 
 #: Why partitions are left out when the runner built no network for them.
@@ -93,6 +93,7 @@ class NetworkFaults(FaultFamily[NetworkSettings, NetworkCounts]):
         Row(75, "losses", said=lambda c: f"{c.losses} packet losses"),
     )
     marks = ("partition", "loss", "heal")
+    windows = (WorkerSpan("partitioned", ("partition", "loss"), ("heal",), 20, late="after a cut"),)
     exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {
         # the cut worker's tasks are reclaimed while it is cut off, and its late report
         # after the heal is refused

@@ -57,6 +57,7 @@ from rdq_compliance.chaos.faults.family import (
     TimelineDraft,
 )
 from rdq_compliance.chaos.faults.tables import Table
+from rdq_compliance.chaos.faults.windows import WorkerSpan
 
 if TYPE_CHECKING:
     from rdq_compliance.chaos.fleet import Exit
@@ -153,6 +154,9 @@ class ProcessFaults(FaultFamily[ProcessSettings, ProcessCounts]):
         Row(21, "pauses_near_lease", summary="worker pauses around the lease expiry"),
     )
     marks = ("kill", "pause", "resume")
+    windows = (
+        WorkerSpan("worker paused", ("pause",), ("resume", "kill"), 10, late="after a pause"),
+    )
     # No requirement: a pause that overlaps a server freeze or restart sees its reclaims
     # and its late report answered "unknown" (the smoke campaign on PostgreSQL, under
     # load); its rules are still reported "not exercised" when no call judged them.

@@ -40,6 +40,7 @@ from rdq_compliance.chaos.faults.family import (
     TimelineDraft,
 )
 from rdq_compliance.chaos.faults.tables import Table
+from rdq_compliance.chaos.faults.windows import Span
 from rdq_compliance.chaos.journal_observer import error_text
 from rdq_compliance.provision.backend import KILL_SERVER, PAUSE_SERVER, RESTART_SERVER
 
@@ -77,6 +78,10 @@ class ServerFaults(FaultFamily[ServerSettings, ServerCounts]):
         Row(40, "server_pauses", label="server freezes", summary="server freezes"),
     )
     marks = ("kill_server", "restart_server", "pause_server", "resume_server")
+    windows = (
+        Span("server frozen", ("pause_server",), ("resume_server",), 30),
+        Span("server down", ("kill_server",), ("restart_server",), 40),
+    )
     styles = (
         Style("server", "band", "#000", "0.12"),
         Style("freeze", "band", "#5dade2", "0.22"),
