@@ -44,22 +44,27 @@ def need_libfaketime() -> Path:
     return library
 
 
-def clock_scenario(*, skewed: bool = True) -> Scenario:
-    """The shipped ``clock`` scenario; ``skewed=False``: the same campaign, no skew."""
+def clock_scenario(*, skewed: bool = True, seed: int | None = None) -> Scenario:
+    """The shipped ``clock`` scenario (with ``seed``, else its own); ``skewed=False``: the
+    same campaign, no skew."""
     scenario = load_scenario("clock")
+    if seed is not None:
+        scenario = scenario.with_seed(seed)
     if not skewed:
         scenario = replace(scenario, faults=scenario.faults.replace(skewed_workers=0))
     return scenario
 
 
 def skew_campaign(
-    session: Session, outdir: Path, *, skewed: bool = True
+    session: Session, outdir: Path, *, skewed: bool = True, seed: int | None = None
 ) -> tuple[CampaignResult, float]:
-    """Run the clock campaign on ``session``; the result and its wall time (s)."""
+    """Run the clock campaign (with ``seed``, else the scenario's) on ``session``; the
+    result and its wall time (s)."""
     if skewed:
         need_libfaketime()
     t0 = time.monotonic()
-    result = run_campaign(clock_scenario(skewed=skewed), session=session, outdir=outdir)
+    scenario = clock_scenario(skewed=skewed, seed=seed)
+    result = run_campaign(scenario, session=session, outdir=outdir)
     return result, time.monotonic() - t0
 
 
@@ -99,14 +104,15 @@ def skew_case(
     skewed: bool,
     dsn: str | None = None,
     record: Callable[[str, object], None] | None = None,
+    seed: int | None = None,
 ) -> CampaignResult:
-    """The clock campaign (with or without its skew) on a fresh session of ``backend``
-    (see :func:`variant_session`); its figures go to ``record`` (``record_property``) as
-    ``row``, caught or not; the result."""
+    """The clock campaign (with or without its skew; with ``seed``, else the scenario's)
+    on a fresh session of ``backend`` (see :func:`variant_session`); its figures go to
+    ``record`` (``record_property``) as ``row``, caught or not; the result."""
     t0 = time.monotonic()
     session = variant_session(monkeypatch, backend, tmp_path / "srv", dsn=dsn)
     try:
-        result, _ = skew_campaign(session, tmp_path / "out", skewed=skewed)
+        result, _ = skew_campaign(session, tmp_path / "out", skewed=skewed, seed=seed)
     finally:
         session.close()
     if record is not None:

@@ -24,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from rdq_compliance.chaos.campaign_result import CampaignResult
 from rdq_compliance.provision.backend import Server
-from tests._skew_support import assert_caught, assert_clean, skew_case
+from tests._proof import AttemptResult, prove
+from tests._skew_support import assert_caught, assert_clean, clock_scenario, skew_case
 from tests.broken import catalogue
 from tests.server_contract.driver import ServerDriver
 from tests.server_contract.drivers import each
@@ -81,9 +83,27 @@ def test_the_skew_campaign(
     for folder in driver.pythonpath:  # the worker processes import the backend too
         current = os.environ.get("PYTHONPATH")
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [folder, current])))
-    result = skew_case(
-        monkeypatch, backend, tmp_path, skewed=skewed, dsn=dsn, record=record_property
-    )
+    if is_variant and skewed:
+        # a proof: the skewed workers' storage times must disagree within the run (one
+        # seed, the scenario's; every attempt reported)
+
+        def attempt(seed: int, number: int) -> AttemptResult[CampaignResult]:
+            result = skew_case(
+                monkeypatch, backend, tmp_path, skewed=True, dsn=dsn, record=record_property,
+                seed=seed,
+            )  # fmt: skip
+            assert result.checked, f"{result.checker_error}; report folder {result.outdir}"
+            named = sorted({v.rule for v in result.violations})
+            caught = any(v.rule in rules for v in result.violations)
+            facts = {"rules fired": named, "skews": result.counters.clock_skews}
+            return AttemptResult(caught, result, facts)
+
+        wanted = f"{backend} caught under {' or '.join(rules)} under clock skew"
+        result = prove(wanted, (clock_scenario().seed,), attempt).value
+    else:
+        result = skew_case(
+            monkeypatch, backend, tmp_path, skewed=skewed, dsn=dsn, record=record_property
+        )
     if dsn is None:  # the kit started the server from the local binaries
         assert "local" in result.server_origin or "binar" in result.server_origin, (
             result.server_origin
