@@ -47,9 +47,9 @@ def open_launcher(
         return LocalLauncher(
             history_dir=outdir / "history", control_dir=outdir / "control", log_dir=outdir / "logs"
         )
-    from rdq_compliance.chaos.remote_fleet import open_remote_launcher
+    from rdq_compliance.chaos.remote_fleet import RemoteLauncher
 
-    return open_remote_launcher(fleet_hosts, server, backend, outdir, slots)
+    return RemoteLauncher(fleet_hosts, server, backend, outdir, slots)
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """A campaign's remote fleet: the SSH launcher that answers what depends on other hosts.
 
-:func:`open_remote_launcher` connects to the hosts of a hosts file
-(:mod:`rdq_compliance.chaos.fleet_hosts`) for one campaign: a :class:`RemoteLauncher`,
-an :class:`~rdq_compliance.chaos.ssh_launcher.SshLauncher` whose workers reach the
+A :class:`RemoteLauncher` connects to the hosts of a hosts file
+(:mod:`rdq_compliance.chaos.fleet_hosts`) for one campaign: an
+:class:`~rdq_compliance.chaos.ssh_launcher.SshLauncher` whose workers reach the
 server at the address each host names (``server_address``), and which is the
 campaign's :class:`~rdq_compliance.chaos.launcher.CampaignLauncher`: its partitioner is
 a :class:`~rdq_compliance.chaos.faults.host_network.HostNetwork` that cuts whole hosts,
@@ -12,7 +12,7 @@ how far each host's clock was from the runner's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,21 +24,33 @@ from rdq_compliance.provision.backend import Server, UnsupportedFault
 
 
 class RemoteLauncher(SshLauncher):
-    """The SSH launcher of one campaign (see the module's docstring); ``server_port`` is
+    """The SSH launcher of one campaign writing to ``outdir``, connected to ``fleet``'s
+    hosts (see the module's docstring); a :class:`~rdq_compliance.chaos.ssh_launcher.FleetError`
+    if ``server`` (of ``backend``) is not reached over one TCP address. ``server_port`` is
     the server's port, which a cut matches."""
 
     def __init__(
-        self,
-        fleet: FleetHosts,
-        *,
-        history_dir: Path,
-        log_dir: Path,
-        dsn_for: Callable[[Host], str],
-        slots: int,
-        server_port: int,
+        self, fleet: FleetHosts, server: Server, backend: str, outdir: Path, slots: int
     ) -> None:
+        try:
+            address = server.network_address()
+            server.dsn_via(*address)
+        except UnsupportedFault as exc:
+            raise FleetError(
+                f"the {backend} server ({server.origin}) is not reached over one TCP address, "
+                f"so workers on other hosts cannot be pointed at it: {exc}"
+            ) from None
+        server_host, server_port = address
+
+        def dsn_for(host: Host) -> str:
+            return server.dsn_via(host.server_address or server_host, server_port)
+
         super().__init__(
-            fleet, history_dir=history_dir, log_dir=log_dir, dsn_for=dsn_for, slots=slots
+            fleet,
+            history_dir=Path(outdir) / "history",
+            log_dir=Path(outdir) / "logs",
+            dsn_for=dsn_for,
+            slots=slots,
         )
         self.server_port = server_port
         self._gaps_said: int | None = None  # None: nothing noted yet
@@ -93,30 +105,3 @@ class RemoteLauncher(SshLauncher):
                 }
             )
         return out
-
-
-def open_remote_launcher(
-    fleet: FleetHosts, server: Server, backend: str, outdir: Path, slots: int
-) -> RemoteLauncher:
-    """Connect to ``fleet``'s hosts for one campaign (see the module's docstring)."""
-    try:
-        address = server.network_address()
-        server.dsn_via(*address)
-    except UnsupportedFault as exc:
-        raise FleetError(
-            f"the {backend} server ({server.origin}) is not reached over one TCP address, so "
-            f"workers on other hosts cannot be pointed at it: {exc}"
-        ) from None
-    host_port = address[1]
-
-    def dsn_for(host: Host) -> str:
-        return server.dsn_via(host.server_address or address[0], host_port)
-
-    return RemoteLauncher(
-        fleet,
-        history_dir=Path(outdir) / "history",
-        log_dir=Path(outdir) / "logs",
-        dsn_for=dsn_for,
-        slots=slots,
-        server_port=host_port,
-    )

@@ -4,8 +4,9 @@ rule a fault requires in a window that saw none."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -13,6 +14,7 @@ from rdq_compliance.chaos.coverage import NEEDS, OPS, WINDOWS, Requirement, cove
 from rdq_compliance.chaos.faults.family import Counts, FaultFamily
 from rdq_compliance.chaos.faults.registry import BUILTIN
 from rdq_compliance.chaos.faults.tables import Table
+from rdq_compliance.chaos.faults.windows import Window
 
 
 class History:
@@ -121,29 +123,33 @@ def test_a_rule_with_no_calls_is_not_exercised_and_a_required_window_is_named():
 
 
 @dataclass(frozen=True)
-class Nudges:
-    nudges: int = 0
+class QuirkSettings:
+    quirks: int = 0
 
 
 @dataclass
-class NudgeCounts(Counts):
-    nudged: int = 0
+class QuirkCounts(Counts):
+    quirked: int = 0
 
 
-class Requiring(FaultFamily[Nudges, NudgeCounts]):
-    """A family whose ``nudge`` faults require ``fencing`` in one window."""
+class Quirk(FaultFamily[QuirkSettings, QuirkCounts]):
+    """A family declaring whatever windows it is given, and whose ``quirk`` faults
+    require ``fencing`` in the window ``requires`` (if given)."""
 
-    name = "requiring"
-    marks = ("nudge",)
+    name = "quirk"
+    marks = ("quirk",)
+    exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {}
 
-    def __init__(self, window: str) -> None:
-        self.exercises = {"nudge": (Requirement("fencing", window),)}
+    def __init__(self, *windows: Window, requires: str | None = None) -> None:
+        self.windows = windows
+        if requires is not None:
+            self.exercises = {"quirk": (Requirement("fencing", requires),)}
 
-    def parse(self, faults: Table) -> Nudges:
-        return Nudges()
+    def parse(self, faults: Table) -> QuirkSettings:
+        return QuirkSettings()
 
-    def new_counts(self) -> NudgeCounts:
-        return NudgeCounts()
+    def new_counts(self) -> QuirkCounts:
+        return QuirkCounts()
 
 
 def test_a_requirement_names_a_known_rule_window_and_operation():
@@ -151,8 +157,8 @@ def test_a_requirement_names_a_known_rule_window_and_operation():
         Requirement("one-clam", "all")
     # the window: one the composed families open (checked when they are composed)
     with pytest.raises(ValueError, match="fault window 'paused'"):
-        BUILTIN.plus(Requiring("paused"))
-    assert BUILTIN.plus(Requiring("partitioned")).requirements(["nudge"]) == [
+        BUILTIN.plus(Quirk(requires="paused"))
+    assert BUILTIN.plus(Quirk(requires="partitioned")).requirements(["quirk"]) == [
         Requirement("fencing", "partitioned")
     ]
     with pytest.raises(ValueError, match=r"operations \['heartbeat'\]"):

@@ -14,10 +14,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
-
 import pytest
 
 from rdq_compliance import rules
@@ -32,15 +28,13 @@ from rdq_compliance.chaos.coverage import (
     unexercised,
     window_names,
 )
-from rdq_compliance.chaos.faults.family import Counts, FaultFamily
 from rdq_compliance.chaos.faults.registry import BUILTIN
-from rdq_compliance.chaos.faults.tables import Table
 from rdq_compliance.chaos.faults.windows import Span
 from rdq_compliance.chaos.report.coverage_html import coverage_section
 from rdq_compliance.rule import Need, NoNeed, needs_of
 from tests.chaos import toy_fault, toy_rule
 from tests.chaos.crafted_history import A, B, assert_names, reclaimed_at
-from tests.chaos.test_coverage import History, claims
+from tests.chaos.test_coverage import History, Quirk, claims
 
 #: The checker with the toy rule's module composed after the built-in families.
 WITH_TOY = compose.Composition.of((*compose.FAMILIES, toy_rule))
@@ -173,35 +167,6 @@ def test_the_toy_requirement_is_judged_in_its_window() -> None:
         unmet[0].describe()
         == "outcome report or heartbeat call (ok or refused) in the 'brownout' window"
     )
-
-
-@dataclass(frozen=True)
-class NoSettings:
-    quirks: int = 0
-
-
-@dataclass
-class NoCounts(Counts):
-    quirked: int = 0
-
-
-class Quirk(FaultFamily[NoSettings, NoCounts]):
-    """A family declaring whatever window and requirement it is given."""
-
-    name = "quirk"
-    marks = ("quirk",)
-    exercises: ClassVar[Mapping[str, tuple[Requirement, ...]]] = {}
-
-    def __init__(self, *windows: Any, requires: str | None = None) -> None:
-        self.windows = windows
-        if requires is not None:
-            self.exercises = {"quirk": (Requirement("fencing", requires),)}
-
-    def parse(self, faults: Table) -> NoSettings:
-        return NoSettings()
-
-    def new_counts(self) -> NoCounts:
-        return NoCounts()
 
 
 def test_the_composition_refuses_windows_that_read_or_name_what_no_family_has() -> None:

@@ -91,10 +91,9 @@ def _targets(ev: Event) -> list[Any]:
 
 
 @dataclass(frozen=True)
-class Span:
-    """A run-wide window ``name``: from a fault of a kind of ``opens`` to the next of a
-    kind of ``closes`` (or the end of the run); a call that begins or is answered inside
-    one such span falls in it (once for each span)."""
+class _Between:
+    """A window ``name`` opened by the faults of the kinds of ``opens`` and closed by
+    those of ``closes``."""
 
     name: str
     opens: tuple[str, ...]
@@ -108,6 +107,30 @@ class Span:
     @property
     def kinds(self) -> tuple[str, ...]:
         return (*self.opens, *self.closes)
+
+
+@dataclass(frozen=True)
+class _At:
+    """A window ``name`` read from the faults of one ``kind``."""
+
+    name: str
+    kind: str
+    rank: int
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return (self.kind,)
+
+
+@dataclass(frozen=True)
+class Span(_Between):
+    """A run-wide window ``name``: from a fault of a kind of ``opens`` to the next of a
+    kind of ``closes`` (or the end of the run); a call that begins or is answered inside
+    one such span falls in it (once for each span)."""
 
     def track(self, faults: Sequence[Event], end: float) -> Tracker:
         spans: list[tuple[float, float]] = []
@@ -129,26 +152,18 @@ class Span:
 
 
 @dataclass(frozen=True)
-class WorkerSpan:
+class WorkerSpan(_Between):
     """A per-worker window ``name``: from a fault of a kind of ``opens`` aimed at a
     worker (its ``target``, or each of its ``targets``) to the next of a kind of
     ``closes`` aimed at it (or the end of the run). A call begun while some worker is in
     one falls in ``name``; with ``late``, a call of a worker about a claim it made before
     one of its own spans began, answered after that span ended, falls in ``late``."""
 
-    name: str
-    opens: tuple[str, ...]
-    closes: tuple[str, ...]
-    rank: int
     late: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name,) if self.late is None else (self.name, self.late)
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        return (*self.opens, *self.closes)
 
     def track(self, faults: Sequence[Event], end: float) -> Tracker:
         spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
@@ -179,21 +194,9 @@ class WorkerSpan:
 
 
 @dataclass(frozen=True)
-class Instant:
+class Instant(_At):
     """A window ``name`` at each fault of kind ``kind``: a call begun no later and
     answered no earlier than one falls in it."""
-
-    name: str
-    kind: str
-    rank: int
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.name,)
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        return (self.kind,)
 
     def track(self, faults: Sequence[Event], end: float) -> Tracker:
         moments = [ev["t"] for ev in faults if ev.get("kind") == self.kind]
@@ -205,21 +208,9 @@ class Instant:
 
 
 @dataclass(frozen=True)
-class Marked:
+class Marked(_At):
     """A window ``name`` for the whole run of each worker a fault of kind ``kind`` aimed
     at (its ``target``): every call of that worker falls in it."""
-
-    name: str
-    kind: str
-    rank: int
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.name,)
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        return (self.kind,)
 
     def track(self, faults: Sequence[Event], end: float) -> Tracker:
         marked = {ev.get("target") for ev in faults if ev.get("kind") == self.kind}
