@@ -311,7 +311,9 @@ class Run:
 
 
 def wall(seconds: float) -> str:
-    """``1,164 s (19.4 min)``."""
+    """``1,164 s (19.4 min)``; under two minutes ``74.2 s``."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
     return f"{seconds:,.0f} s ({seconds / 60:.1f} min)"
 
 

@@ -205,9 +205,12 @@ def one_run(number: int, sha: str, base: Path, args: argparse.Namespace) -> Run:
             env["PYTEST_ADDOPTS"] = opts
             argv = ["bash", ".ci/run"]
         else:
+            started = time.monotonic()
             failed = _setup_venv(clone, env, log, args.timeout)
             if failed:
                 return Run(number, 1, 0.0, busy=args.busy, notes=[failed, f"log: {log}"])
+            setup = wall(time.monotonic() - started)
+            notes.append(f"set-up (venv, pip install): {setup}, no busy loop beside it")
             bin_dir = clone / ".venv" / "bin"
             env["VIRTUAL_ENV"] = str(clone / ".venv")
             env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])

@@ -333,6 +333,10 @@ def test_the_runs_table_has_a_row_per_run(tmp_path: Path) -> None:
     ]
 
 
+def test_a_wall_time_is_in_minutes_too_from_two_minutes_on() -> None:
+    assert [st.wall(s) for s in (7.46, 119.9, 120.0)] == ["7.5 s", "119.9 s", "120 s (2.0 min)"]
+
+
 def test_failures_are_counted_per_test_over_the_runs_that_wrote_a_junit_file(
     tmp_path: Path,
 ) -> None:
