@@ -223,18 +223,29 @@ def node_id(classname: str, name: str, root: Path | None = None) -> str:
     return "::".join(["/".join(parts[:cut]) + ".py", *parts[cut:], name])
 
 
+def _name(prefix: str, known: Sequence[str]) -> str:
+    """What a proof line's ``prefix`` (the text before ``: shown on seed`` ...) names: the
+    longest proof already named by a line of its own that ends it (a test may print a
+    proof's verdict after text of its own, ``...; <verdict>``), else the prefix after its
+    last ``"; "``."""
+    return next((w for w in known if prefix.endswith(w)), prefix.rpartition("; ")[2])
+
+
 def proof_attempts(test: str, output: str) -> list[ProofAttempts]:
     """The proofs whose lines ``output`` (a test's captured output) holds, in the order first
     seen: for each, the highest attempt number printed (a line repeated, as when a test
-    prints a proof's report after the helper printed its lines, counts once)."""
+    prints a proof's report or verdict after the helper printed its lines, counts once)."""
+    lines = output.splitlines()
+    own = {m["wanted"] for m in map(_ATTEMPT.match, lines) if m is not None and m["wanted"]}
+    known = sorted(own, key=len, reverse=True)
     seen: dict[str, tuple[int, int, bool]] = {}
     last = ""
-    for line in output.splitlines():
+    for line in lines:
         for pattern in (_SHOWN, _NOT_SHOWN, _ATTEMPT):
             found = pattern.match(line)
             if found is None:
                 continue
-            wanted = found["wanted"] or last
+            wanted = _name(found["wanted"], known) if found["wanted"] else last
             last = wanted
             number = int(found["number"])
             if pattern is _NOT_SHOWN:

@@ -197,6 +197,22 @@ def test_a_proofs_report_printed_again_counts_once_and_a_proof_not_shown_counts_
     assert st.proof_attempts("t", "no proof here\nattempts: 3\n") == []
 
 
+def test_a_verdict_printed_after_a_tests_own_text_is_the_same_proof() -> None:
+    wanted = "postgres's asynchronous pair caught under outcome-recorded or execution-count"
+    output = (
+        f"{wanted}: attempt 1 of at most 1, seed 14: shown in 10.6 s; report r, rules fired "
+        '["execution-count", "fencing"]\n'
+        f"{wanted}: shown on seed 14, attempt 1 of at most 1\n"
+        "postgres async failover: 86 violations (['execution-count', 'fencing']) in 10.3s; "
+        f"{wanted}: shown on seed 14, attempt 1 of at most 1\n"
+    )
+    proofs = st.proof_attempts("t", output)
+    assert [(p.wanted, p.attempts, p.of, p.shown) for p in proofs] == [(wanted, 1, 1, True)]
+    # printed that way only (no line of the proof's own): the text after the last "; "
+    alone = st.proof_attempts("t", output.splitlines()[-1])
+    assert [(p.wanted, p.attempts) for p in alone] == [(wanted, 1)]
+
+
 @pytest.mark.parametrize(
     ("classname", "name", "want"),
     [
