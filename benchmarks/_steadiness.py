@@ -387,8 +387,8 @@ def retries_table(runs: Sequence[Run]) -> str:
             if p.retried:
                 retried.add((p.test, p.wanted))
     if not retried:
-        proofs = len(cells)
-        return f"no proof made more than one attempt ({proofs} proofs seen in {len(read)} runs)"
+        seen = f"{len(cells)} distinct proofs seen over {len(read)} runs"
+        return f"no proof made more than one attempt ({seen})"
     rows = [
         [f"`{test}`", wanted, *(cells[(test, wanted)].get(r.number, "-") for r in read)]
         for test, wanted in sorted(retried)

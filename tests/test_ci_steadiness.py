@@ -377,5 +377,5 @@ def test_a_proof_that_retried_in_any_run_shows_its_attempts_in_every_run(tmp_pat
         "| lease-respected (postgres) | 2 of at most 3 | 1 of at most 3 |",
     ]
     assert st.retries_table(_runs(tmp_path)[1:]) == (
-        "no proof made more than one attempt (1 proofs seen in 1 runs)"
+        "no proof made more than one attempt (1 distinct proofs seen over 1 runs)"
     )
