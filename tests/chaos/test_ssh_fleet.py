@@ -797,7 +797,7 @@ def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_ho
         )
     assert ssh_hosts.namespaces(os.getpid()) == []
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert f"{ssh_hosts.LINK_PREFIX}{os.getpid()}" not in links
+    assert f"{ssh_hosts.LINK_PREFIX}{os.getpid()}m" not in links  # ours: rdqs<pid>m<i>
 
 
 def test_a_host_lost_mid_campaign_is_a_fault_and_its_slots_move(redis_session, tmp_path):
