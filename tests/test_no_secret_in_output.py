@@ -34,10 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from rdq_compliance.provision.ports import free_port
 from tests._ci import missing
 from tests._paths import ROOT, pythonpath
-from tests._ports import closed_port
+from tests._ports import closed_port, reserved_port
 
 EXAMPLE = ROOT / "examples" / "rdq-mysql"
 TINY = ROOT / "tests" / "chaos" / "tiny.toml"
@@ -101,7 +100,7 @@ def _redis(secret: str, workdir: Path) -> Iterator[SecretServer]:
     binary = shutil.which("redis-server")
     if binary is None:
         missing("redis-server is not installed")
-    port = free_port()
+    port = reserved_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--requirepass", secret,
          "--save", "", "--appendonly", "no", "--dir", str(workdir)],
