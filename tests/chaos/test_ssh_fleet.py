@@ -137,19 +137,34 @@ def _placed(events: list[dict]) -> dict[str, str]:
     }
 
 
+def ss_sockets(listing: str) -> list[tuple[int | None, str]]:
+    """``(pid, peer address)`` of each connected socket of ``listing`` (``ss -Htnp``'s
+    output): a pair per process that holds the socket, ``None`` for the pid when none is
+    named (an IPv6 address loses its brackets)."""
+    out: list[tuple[int | None, str]] = []
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        peer = fields[4].rsplit(":", 1)[0].strip("[]")
+        pids = [int(pid) for pid in re.findall(r",pid=(\d+),fd=", line)]
+        out += [(pid, peer) for pid in pids] or [(None, peer)]
+    return out
+
+
 def owned_peers(sockets: Iterable[tuple[int | None, str]], owned: Container[int]) -> set[str]:
-    """The peers of those ``(pid, peer address)`` connected sockets that a process of
-    ``owned`` holds: a socket of other software, or one no process holds any more (in
-    ``TIME-WAIT``), is left out."""
+    """The peers of those ``(pid, peer address)`` sockets that a process of ``owned``
+    holds: a socket of other software, or of no process, is left out."""
     return {peer for pid, peer in sockets if pid is not None and pid in owned}
 
 
-def _namespace_peers(namespace: str) -> list[str]:
-    """The peers of every connected TCP socket in ``namespace`` (``ss``)."""
-    argv = ["ip", "netns", "exec", namespace, "ss", "-Htn"]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
-    rows = [line.split() for line in out.splitlines()]
-    return [row[4].rsplit(":", 1)[0].strip("[]") for row in rows if len(row) >= 5]
+def _ss(namespace: str | None = None) -> str:
+    """``ss -Htnp`` in the machine's namespace; ``ss -Htn`` in ``namespace`` (a host's,
+    where every socket is the test's)."""
+    argv = (
+        ["ss", "-Htnp"] if namespace is None else ["ip", "netns", "exec", namespace, "ss", "-Htn"]
+    )
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
 
 
 class PeerWatch:
@@ -185,11 +200,14 @@ class PeerWatch:
             self.sample()
 
     def sample(self) -> None:
-        """One sample: the machine's sockets are read before the tree, so a process that
-        opened one is in the tree read after it (unless it has exited since)."""
-        machine = [(c.pid, c.raddr.ip) for c in psutil.net_connections(kind="tcp") if c.raddr]
+        """One sample, read with ``ss`` (its scan of the machine's processes runs in a
+        process of its own, not in this one, which runs the campaign). The machine's
+        sockets are read before the tree: the process holding one is in the tree read
+        after it, unless it has exited since."""
+        machine = ss_sockets(_ss())
         tree = {self.root, *descendants(self.root)}
-        self.take(machine, tree, [p for ns in self.namespaces for p in _namespace_peers(ns)])
+        in_hosts = [peer for ns in self.namespaces for _, peer in ss_sockets(_ss(ns))]
+        self.take(machine, tree, in_hosts)
 
     def take(
         self,
@@ -245,6 +263,20 @@ def test_the_loopback_watcher_counts_only_the_sockets_the_test_owns():
     assert watch.outside() == ["203.0.113.80", "::ffff:192.0.2.7"]
     assert watch.samples == 3
     assert owned_peers(machine, set()) == set()
+
+
+def test_the_loopback_watcher_reads_the_holders_of_each_socket_from_ss():
+    listing = (
+        "ESTAB 0 0 10.198.3.1:5432 10.198.3.2:40112 "
+        'users:(("python",pid=4100,fd=9),("python",pid=4101,fd=9))\n'
+        "ESTAB 0 0 [::ffff:127.0.0.1]:22 [::ffff:203.0.113.80]:5000 "
+        'users:(("sshd: root@not",pid=77,fd=4))\n'
+        "ESTAB 0 0 10.0.0.5:51000 192.0.2.9:443\n"
+        "garbage\n"
+    )
+    assert ss_sockets(listing) == [
+        (4100, "10.198.3.2"), (4101, "10.198.3.2"), (77, "::ffff:203.0.113.80"), (None, "192.0.2.9")
+    ]  # fmt: skip
 
 
 _HOLD = r"""
