@@ -110,11 +110,12 @@ def _suite_size(server: str) -> int:
     )
 
 
-def _kit_containers(label: str) -> tuple[list[str], list[str]]:
+def _kit_containers(*labels: str) -> tuple[list[str], list[str]]:
+    """The containers and volumes that carry every one of ``labels``."""
     client = docker_client()
     try:
-        containers = client.containers.list(all=True, filters={"label": label})
-        volumes = client.volumes.list(filters={"label": label})
+        containers = client.containers.list(all=True, filters={"label": list(labels)})
+        volumes = client.volumes.list(filters={"label": list(labels)})
         return [c.name for c in containers], [v.name for v in volumes]
     finally:
         client.close()
@@ -204,7 +205,7 @@ def test_a_sigkilled_runner_leaves_no_container_and_no_volume(tmp_path: Path) ->
         assert line.startswith("up container "), line
         containers, volumes = _kit_containers(label)
         assert len(containers) == 1 and len(volumes) == 1, (containers, volumes)
-        assert _kit_containers(KIT_LABEL)[0], "the container lacks the kit's label"
+        assert _kit_containers(KIT_LABEL, label)[0], "the container lacks the kit's label"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         deadline = time.monotonic() + 30

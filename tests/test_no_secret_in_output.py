@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from rdq_compliance.provision.ports import free_port
 from tests._ci import missing
 from tests._paths import ROOT, pythonpath
+from tests._ports import closed_port, reserved_port
 
 EXAMPLE = ROOT / "examples" / "rdq-mysql"
 TINY = ROOT / "tests" / "chaos" / "tiny.toml"
@@ -100,7 +100,7 @@ def _redis(secret: str, workdir: Path) -> Iterator[SecretServer]:
     binary = shutil.which("redis-server")
     if binary is None:
         missing("redis-server is not installed")
-    port = free_port()
+    port = reserved_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--requirepass", secret,
          "--save", "", "--appendonly", "no", "--dir", str(workdir)],
@@ -189,12 +189,6 @@ def _wait_port(port: int, timeout: float = 15.0) -> None:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
     env.pop("PYTEST_ADDOPTS", None)
@@ -254,7 +248,7 @@ def test_no_run_of_the_kit_prints_or_writes_the_password(server: SecretServer, t
         assert (tmp_path / "chaos" / "results.json").is_file()
     else:  # the example refuses that form: a usage error, the DSN masked
         assert chaos.returncode == 2, chaos.stdout[-3000:] + chaos.stderr[-2000:]
-    dead = _closed_port()
+    dead = closed_port()
     for form, dsn in server.forms(dead).items():
         proc = keep(f"dead server, {form}", _run(tmp_path, [
             *pytest_cmd, f"--rdq-backend={backend}", f"--rdq-dsn={dsn}", "-k", tests]))  # fmt: skip

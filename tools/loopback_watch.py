@@ -5,10 +5,11 @@
 runs the command and, every 0.2 s until it exits, snapshots the machine's TCP and UDP
 sockets (psutil, which reads ``/proc/net`` as ``ss -tunp`` does) and keeps each socket
 owned by a watched process whose peer is not in 127.0.0.0/8 or ``::1``. Watched: the
-command's process tree, and the processes of every container labelled ``rdq.kit`` (their
-PID 1 on the host and its descendants; with the host network they share the host's
-sockets). It prints how many snapshots and sockets it saw, every non-loopback peer
-found, and exits 1 if there was one (else the command's exit code).
+command's process tree, and the processes of the containers that tree made (labelled
+``rdq.kit``, and ``rdq.pid`` naming a process the tree has held; their PID 1 on the host
+and its descendants; with the host network they share the host's sockets): another run's
+kit containers are not watched. It prints how many snapshots and sockets it saw, every
+non-loopback peer found, and exits 1 if there was one (else the command's exit code).
 
 ``--allow-kit-veths`` also accepts peers in the kit's own veth ranges (``10.199.0.0/16``,
 :mod:`rdq_compliance.provision.netns`; ``10.198.0.0/16``, the SSH test hosts of
@@ -22,13 +23,14 @@ runner's harness thread enters one too — as ``psutil`` sees only the watcher's
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import subprocess
 import sys
 import time
 
 import psutil
+
+from rdq_compliance.provision.kit_container import KIT_LABEL, PID_LABEL
 
 
 def _loopback(address: str) -> bool:
@@ -101,21 +103,37 @@ def _tree(pid: int) -> set[int]:
         return set()
 
 
-def _container_pids() -> set[int]:
+def _kit_containers() -> list[tuple[int, int]]:
+    """``(PID 1 on the host, the kit process that made it)`` of every running kit
+    container of the machine (its ``rdq.kit`` and ``rdq.pid`` labels)."""
     ids = subprocess.run(
-        ["docker", "ps", "-q", "--filter", "label=rdq.kit"],
+        ["docker", "ps", "-q", "--filter", f"label={KIT_LABEL}"],
         capture_output=True, text=True, check=False,
     ).stdout.split()  # fmt: skip
     if not ids:
-        return set()
+        return []
+    template = f'{{{{json .State.Pid}}}} {{{{index .Config.Labels "{PID_LABEL}"}}}}'
     out = subprocess.run(
-        ["docker", "inspect", "--format", "{{json .State.Pid}}", *ids],
+        ["docker", "inspect", "--format", template, *ids],
         capture_output=True, text=True, check=False,
-    ).stdout.split()  # fmt: skip
+    ).stdout  # fmt: skip
+    rows = [line.split() for line in out.splitlines()]
+    return [
+        (int(r[0]), int(r[1])) for r in rows if len(r) == 2 and r[0].isdigit() and r[1].isdigit()
+    ]
+
+
+def owned_containers(containers: list[tuple[int, int]], owners: set[int]) -> list[int]:
+    """The PIDs 1 of those ``(PID 1, maker)`` containers that a process of ``owners``
+    made (a stopped container's PID 1 is 0: left out)."""
+    return [pid for pid, maker in containers if pid and maker in owners]
+
+
+def _container_pids(owners: set[int]) -> set[int]:
+    """The processes of the running kit containers ``owners`` made."""
     pids: set[int] = set()
-    for pid in (json.loads(x) for x in out):
-        if pid:
-            pids |= _tree(int(pid))
+    for pid in owned_containers(_kit_containers(), owners):
+        pids |= _tree(pid)
     return pids
 
 
@@ -132,8 +150,13 @@ def main(argv: list[str]) -> int:
     proc = subprocess.Popen(command)
     snapshots, sockets = 0, set()
     foreign: dict[tuple[str, int, str], str] = {}
+    # every process the command's tree has held (a container's maker may exit a moment
+    # before its reaper removes the container)
+    owners: set[int] = set()
     while proc.poll() is None:
-        watched = _tree(proc.pid) | _container_pids()
+        tree = _tree(proc.pid)
+        owners |= tree
+        watched = tree | _container_pids(owners)
         for conn in psutil.net_connections(kind="inet"):
             if conn.pid not in watched or not conn.raddr:
                 continue

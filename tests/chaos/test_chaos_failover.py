@@ -32,6 +32,7 @@ from rdq_compliance.provision.backend import FAILOVER, ProvisionUnavailable
 from rdq_compliance.provision.forwarder import Forwarder
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
+from tests._ports import closed_port
 from tests._proof import AttemptResult, run_seeds
 from tests.broken import catalogue
 from tests.chaos._chaos_support import wait_gone
@@ -141,10 +142,7 @@ def test_the_forwarder_switches_closes_the_old_connections_and_holds() -> None:
 
 
 def test_the_forwarder_refuses_while_its_upstream_is_down() -> None:
-    with socket.socket() as nobody:  # a port nothing listens on
-        nobody.bind(("127.0.0.1", 0))
-        port = nobody.getsockname()[1]
-    forwarder = Forwarder(("127.0.0.1", port))
+    forwarder = Forwarder(("127.0.0.1", closed_port()))
     try:
         client = socket.create_connection(("127.0.0.1", forwarder.port), timeout=2)
         assert client.recv(1024) == b"", "a client of a dead upstream is not closed at once"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -206,6 +207,30 @@ s.settimeout(10); print(s.recv(10).decode(), flush=True)
 """
 
 
+def _links_of(owner: int, listing: str) -> list[str]:
+    """The links of ``listing`` (``ip -o link``) named as ``owner``'s Topology names its
+    veth ends (``rdq<owner>r<i>``, ``rdq<owner>w<i>``); another owner's are not."""
+    return re.findall(rf"\b(rdq{owner}[rw]\d+)\b", listing)
+
+
+def _machine_links(owner: int) -> list[str]:
+    """``owner``'s veth ends in the machine's namespace (there should be none)."""
+    return _links_of(
+        owner, subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    )
+
+
+def test_only_the_owners_own_links_are_named():
+    listing = (
+        "7: rdq1234w0@if6: <BROADCAST,UP> mtu 1500\n"
+        "9: rdq123r1@if8: <BROADCAST,UP> mtu 1500\n"
+        "11: rdqs123m0@if10: <BROADCAST,UP> mtu 1500\n"
+    )
+    assert _links_of(123, listing) == ["rdq123r1"]
+    assert _links_of(1234, listing) == ["rdq1234w0"]
+    assert _links_of(12, listing) == []
+
+
 def test_a_partition_hangs_a_connection_both_ways_and_the_heal_resumes_it():
     _needs_netns()
     srv = _echo_server()
@@ -214,8 +239,7 @@ def test_a_partition_hangs_a_connection_both_ways_and_the_heal_resumes_it():
         assert set(netns.namespaces(os.getpid())) == {
             f"rdq-{os.getpid()}-{role}" for role in ("r", "w0", "w1", "h")
         }
-        host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert f"rdq{os.getpid()}" not in host_links, "a veth end in the machine's namespace"
+        assert _machine_links(os.getpid()) == [], "a veth end in the machine's namespace"
         client = subprocess.Popen(
             [*topo.command_prefix(1), sys.executable, "-c", _CLIENT, str(port)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -258,8 +282,7 @@ def test_a_sigkilled_owner_leaves_no_namespace_and_no_veth():
     while netns.namespaces(owner.pid) and time.monotonic() < end:
         time.sleep(0.1)
     assert netns.namespaces(owner.pid) == [], "the reaper left namespaces behind"
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert f"rdq{owner.pid}" not in links
+    assert _machine_links(owner.pid) == []
 
 
 def test_sqlite_is_embedded_so_the_partition_does_not_apply(tmp_path):

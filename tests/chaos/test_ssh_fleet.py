@@ -31,14 +31,16 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -46,6 +48,7 @@ import pytest
 from rdq_compliance.chaos.campaign_result import CampaignResult
 from rdq_compliance.chaos.events import read_journal
 from rdq_compliance.chaos.scenario import load_scenario
+from rdq_compliance.provision.process import descendants
 from rdq_compliance.session import Session
 from tests._ci import missing
 from tests._paths import ROOT, pythonpath
@@ -134,17 +137,50 @@ def _placed(events: list[dict]) -> dict[str, str]:
     }
 
 
-class PeerWatch:
-    """The loopback watcher: samples, every 0.25 s while a campaign runs, the peers of
-    every TCP connection in the machine's namespace and in each host's (``ss``), so a
-    test can check that nothing but loopback and the test's own veths was addressed."""
+def ss_sockets(listing: str) -> list[tuple[int | None, str]]:
+    """``(pid, peer address)`` of each connected socket of ``listing`` (``ss -Htnp``'s
+    output): a pair per process that holds the socket, ``None`` for the pid when none is
+    named (an IPv6 address loses its brackets)."""
+    out: list[tuple[int | None, str]] = []
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        peer = fields[4].rsplit(":", 1)[0].strip("[]")
+        pids = [int(pid) for pid in re.findall(r",pid=(\d+),fd=", line)]
+        out += [(pid, peer) for pid in pids] or [(None, peer)]
+    return out
 
-    def __init__(self, hosts: ssh_hosts.SshHosts) -> None:
-        self.namespaces = [None, *(h.namespace for h in hosts.hosts)]
+
+def owned_peers(sockets: Iterable[tuple[int | None, str]], owned: Container[int]) -> set[str]:
+    """The peers of those ``(pid, peer address)`` sockets that a process of ``owned``
+    holds: a socket of other software, or of no process, is left out."""
+    return {peer for pid, peer in sockets if pid is not None and pid in owned}
+
+
+def _ss(namespace: str | None = None) -> str:
+    """``ss -Htnp`` in the machine's namespace; ``ss -Htn`` in ``namespace`` (a host's,
+    where every socket is the test's)."""
+    argv = (
+        ["ss", "-Htnp"] if namespace is None else ["ip", "netns", "exec", namespace, "ss", "-Htn"]
+    )
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+
+
+class PeerWatch:
+    """The loopback watcher: samples, every 0.25 s while a campaign runs, the peers of the
+    TCP connections the test owns, so a test can check that nothing but loopback and the
+    test hosts' veths was addressed. What the test owns: in the machine's namespace, the
+    sockets held by its process tree (``root``, by default this process, and its
+    descendants, read again at each sample; the relays are threads of this process, the
+    hosts' sshds and a server the session started are children of the watchdogs it
+    started); in each host's namespace (the test made it), every socket."""
+
+    def __init__(self, hosts: ssh_hosts.SshHosts, root: int | None = None) -> None:
+        self.root = os.getpid() if root is None else root
+        self.namespaces = [h.namespace for h in hosts.hosts]
         self.allowed = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
-        # the test hosts' block: this test's veths, and those of hosts another test of
-        # this run (an xdist worker beside it) made, whose connections the machine's
-        # namespace shows too
+        # the SSH test hosts' block, of which this test's veths are a part
         self.allowed.append(ssh_hosts.NETWORK)
         self.peers: set[str] = set()
         self.samples = 0
@@ -161,14 +197,30 @@ class PeerWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(0.25):
-            for ns in self.namespaces:
-                argv = ["ss", "-Htn"] if ns is None else ["ip", "netns", "exec", ns, "ss", "-Htn"]
-                out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
-                for line in out.splitlines():
-                    fields = line.split()
-                    if len(fields) >= 5:
-                        self.peers.add(fields[4].rsplit(":", 1)[0].strip("[]"))
-            self.samples += 1
+            self.sample()
+
+    def sample(self) -> None:
+        """One sample, read with ``ss`` (its scan of the machine's processes runs in a
+        process of its own, not in this one, which runs the campaign). The machine's
+        sockets are read before the tree: the process holding one is in the tree read
+        after it, unless it has exited since."""
+        machine = ss_sockets(_ss())
+        tree = {self.root, *descendants(self.root)}
+        in_hosts = [peer for ns in self.namespaces for _, peer in ss_sockets(_ss(ns))]
+        self.take(machine, tree, in_hosts)
+
+    def take(
+        self,
+        machine: Iterable[tuple[int | None, str]],
+        tree: Container[int],
+        in_hosts: Iterable[str] = (),
+    ) -> None:
+        """Record one sample: the machine namespace's ``(pid, peer)`` sockets, of which
+        those held by a process of ``tree`` count, and the peers seen in the hosts'
+        namespaces, which all do."""
+        self.peers |= owned_peers(machine, tree)
+        self.peers.update(in_hosts)
+        self.samples += 1
 
     def outside(self) -> list[str]:
         """Peers neither on loopback nor on the test's veths (an IPv4-mapped address
@@ -188,13 +240,81 @@ class PeerWatch:
 
 
 def test_the_loopback_watcher_names_a_peer_beyond_loopback_and_the_veths():
-    from types import SimpleNamespace
-
     watch = PeerWatch(SimpleNamespace(hosts=[]))  # type: ignore[arg-type]
     watch.peers = {"127.0.0.1", "::1", "::ffff:127.0.0.1", "10.198.7.1"}
     assert watch.outside() == []
     watch.peers |= {"192.0.2.2", "::ffff:8.8.8.8"}
     assert watch.outside() == ["192.0.2.2", "::ffff:8.8.8.8"]
+
+
+def test_the_loopback_watcher_counts_only_the_sockets_the_test_owns():
+    """In the machine's namespace a peer counts only if a process of the test's tree holds
+    its socket: another software's peer, or a socket no process holds, is left out, and a
+    foreign peer of the tree is named; in a host's namespace every peer counts."""
+    watch = PeerWatch(SimpleNamespace(hosts=[]))  # type: ignore[arg-type]
+    tree = {100, 101, 102}
+    machine = [(100, "10.198.3.2"), (101, "127.0.0.1"), (7, "203.0.113.80"), (None, "192.0.2.9")]
+    watch.take(machine, tree, in_hosts=["10.198.3.1"])
+    assert watch.peers == {"10.198.3.2", "127.0.0.1", "10.198.3.1"}
+    assert watch.outside() == []
+    watch.take([(102, "203.0.113.80"), (8, "198.51.100.1")], tree)
+    assert watch.outside() == ["203.0.113.80"]
+    watch.take([], tree, in_hosts=["::ffff:192.0.2.7"])
+    assert watch.outside() == ["203.0.113.80", "::ffff:192.0.2.7"]
+    assert watch.samples == 3
+    assert owned_peers(machine, set()) == set()
+
+
+def test_the_loopback_watcher_reads_the_holders_of_each_socket_from_ss():
+    listing = (
+        "ESTAB 0 0 10.198.3.1:5432 10.198.3.2:40112 "
+        'users:(("python",pid=4100,fd=9),("python",pid=4101,fd=9))\n'
+        "ESTAB 0 0 [::ffff:127.0.0.1]:22 [::ffff:203.0.113.80]:5000 "
+        'users:(("sshd: root@not",pid=77,fd=4))\n'
+        "ESTAB 0 0 10.0.0.5:51000 192.0.2.9:443\n"
+        "garbage\n"
+    )
+    assert ss_sockets(listing) == [
+        (4100, "10.198.3.2"), (4101, "10.198.3.2"), (77, "::ffff:203.0.113.80"), (None, "192.0.2.9")
+    ]  # fmt: skip
+
+
+_HOLD = r"""
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+s.connect((sys.argv[2], int(sys.argv[3])))
+print("connected", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_loopback_watcher_reads_the_tree_of_its_root_from_the_machine():
+    """A live sample: the socket of a grandchild of the root counts, the sockets of a
+    process outside the root's tree (here this one, which the root is a child of) do not."""
+    with socket.create_server(("127.0.0.66", 0)) as server:
+        port = str(server.getsockname()[1])
+        child = subprocess.Popen(
+            [sys.executable, "-c",
+             "import subprocess, sys; subprocess.run([sys.executable, '-c', *sys.argv[1:]])",
+             _HOLD, "127.0.0.88", "127.0.0.66", port],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "connected\n"
+            with socket.create_connection(
+                ("127.0.0.66", int(port)), source_address=("127.0.0.77", 0)
+            ):
+                held = [server.accept()[0], server.accept()[0]]  # this process's: not counted
+                watch = PeerWatch(SimpleNamespace(hosts=[]), root=child.pid)  # type: ignore[arg-type]
+                watch.sample()
+                for sock in held:
+                    sock.close()
+        finally:
+            child.communicate(timeout=30)
+    assert watch.samples == 1
+    assert "127.0.0.66" in watch.peers, sorted(watch.peers)  # the grandchild's peer
+    assert not {"127.0.0.77", "127.0.0.88"} & watch.peers, sorted(watch.peers)
 
 
 # ---- the hosts file ---------------------------------------------------------------------------
@@ -267,7 +387,8 @@ def test_journal_times_move_onto_the_runners_clock():
 def test_hosts_may_be_given_as_urls_alone(tmp_path):
     fleet = _fleet(tmp_path, hosts=["ssh://rdq@10.0.0.1", "ssh://10.0.0.2:2200"])
     assert [(h.name, h.user, h.port) for h in fleet.hosts] == [
-        ("10.0.0.1", "rdq", 22), ("10.0.0.2", None, 2200)
+        ("10.0.0.1", "rdq", 22),
+        ("10.0.0.2", None, 2200),
     ]
 
 
@@ -399,9 +520,7 @@ def test_the_launchers_verbs_reach_the_worker_process_on_its_host(redis_session,
     redis_session.drop_namespace(spec)
 
 
-def test_a_host_that_drops_while_a_worker_starts_there_sends_it_to_another(
-    redis_session, tmp_path
-):
+def test_a_host_that_drops_while_a_worker_starts_there_sends_it_to_another(redis_session, tmp_path):
     from rdq_compliance.chaos.launcher import WorkerStart
     from rdq_compliance.chaos.runner import worker_template
     from tests.chaos._chaos_support import SMOKE
@@ -621,6 +740,7 @@ from pathlib import Path
 from rdq_compliance.chaos.fleet_hosts import load_fleet
 from rdq_compliance.chaos.runner import run_campaign
 from rdq_compliance.chaos.scenario import load_scenario
+from rdq_compliance.provision.process import descendants
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
 
@@ -657,8 +777,13 @@ def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_ho
     with remote_fleet(redis_session, tmp_path / "hosts") as (hosts, fleet):
         runner = subprocess.Popen(
             [
-                sys.executable, "-c", _RUNNER, str(path), str(tmp_path),
-                redis_session.server.dsn, fleet.source,
+                sys.executable,
+                "-c",
+                _RUNNER,
+                str(path),
+                str(tmp_path),
+                redis_session.server.dsn,
+                fleet.source,
             ],
             env={**os.environ, "PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH"))},
             cwd=ROOT,
@@ -704,7 +829,7 @@ def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_ho
         )
     assert ssh_hosts.namespaces(os.getpid()) == []
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert f"{ssh_hosts.LINK_PREFIX}{os.getpid()}" not in links
+    assert f"{ssh_hosts.LINK_PREFIX}{os.getpid()}m" not in links  # ours: rdqs<pid>m<i>
 
 
 def test_a_host_lost_mid_campaign_is_a_fault_and_its_slots_move(redis_session, tmp_path):

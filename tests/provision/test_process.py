@@ -22,9 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rdq_compliance.provision.ports import free_port, port_open
+from rdq_compliance.provision.ports import port_open
 from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, run_to_completion
 from rdq_compliance.provision.users import resolve_user
+from tests._ports import reserved_port
 from tests._processes import alive, wait_gone
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX process management")
@@ -69,7 +70,7 @@ def started() -> Iterator[list[ManagedProcess]]:
 def test_wait_ready_polls_a_real_probe_and_pids_cover_the_whole_tree(
     tmp_path: Path, started: list[ManagedProcess]
 ) -> None:
-    port = free_port()
+    port = reserved_port()
     process = ManagedProcess(server_argv(port, delay=0.3), log_path=tmp_path / "log").start()
     started.append(process)
     process.wait_ready(lambda: port_open(port), timeout=10)
@@ -114,7 +115,7 @@ def test_wait_ready_times_out_naming_the_last_probe_error(
 
 
 def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> None:
-    port = free_port()
+    port = reserved_port()
     process = ManagedProcess(
         server_argv(port, ignore_term=True), log_path=tmp_path / "log", grace=0.3
     ).start()
@@ -128,7 +129,7 @@ def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> Non
 
 
 def test_kill_sigkills_every_process_of_the_tree_at_once(tmp_path: Path) -> None:
-    port = free_port()
+    port = reserved_port()
     process = ManagedProcess(server_argv(port), log_path=tmp_path / "log").start()
     try:
         process.wait_ready(lambda: port_open(port), timeout=10)
@@ -150,7 +151,7 @@ def _states(pids: list[int]) -> set[str]:
 def test_pause_stops_every_process_of_the_tree_and_resume_continues_them(
     tmp_path: Path, started: list[ManagedProcess]
 ) -> None:
-    port = free_port()
+    port = reserved_port()
     process = ManagedProcess(server_argv(port), log_path=tmp_path / "log").start()
     started.append(process)
     process.wait_ready(lambda: port_open(port), timeout=10)
@@ -167,7 +168,7 @@ def test_pause_stops_every_process_of_the_tree_and_resume_continues_them(
 def test_a_paused_server_stops_promptly(tmp_path: Path, how: str) -> None:
     """The watchdog continues a paused tree after the stop signal, so a paused server
     stops at once rather than after the grace period (and SIGKILL needs no SIGCONT)."""
-    port = free_port()
+    port = reserved_port()
     process = ManagedProcess(server_argv(port), log_path=tmp_path / "log", grace=10).start()
     try:
         process.wait_ready(lambda: port_open(port), timeout=10)
@@ -256,7 +257,7 @@ KIT = textwrap.dedent(
 
 @pytest.mark.parametrize("fork", [False, True], ids=["plain", "with-forked-worker"])
 def test_the_server_dies_when_the_kit_process_is_sigkilled(tmp_path: Path, fork: bool) -> None:
-    port = free_port()
+    port = reserved_port()
     kit = subprocess.Popen(
         [sys.executable, "-c", KIT, str(tmp_path), "1" if fork else "0", *server_argv(port)],
         stdout=subprocess.PIPE,

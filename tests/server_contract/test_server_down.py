@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +26,7 @@ from rdq_compliance.provision.backend import ProvisionRequest, Server
 from rdq_core.errors import BackendUnavailable, StaleClaim
 from rdq_core.model import NewTask, Outcome, Status
 from rdq_core.worker import Worker
+from tests._ports import closed_port
 from tests._processes import timed, until_works
 from tests._tcp_proxy import ReplyLosingProxy
 from tests.server_contract.conftest import Opened
@@ -45,12 +45,6 @@ def outage(driver: ServerDriver) -> Outage:
 def reply_loss(driver: ServerDriver) -> ReplyLoss:
     assert driver.reply_loss is not None
     return driver.reply_loss
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _says(pattern: str, call: str, error: BaseException | None) -> bool:
@@ -76,7 +70,7 @@ def test_a_closed_port_is_unavailable_nothing_done_and_no_password_shown(
     driver: ServerDriver, tmp_path: Path
 ) -> None:
     facts = outage(driver)
-    port = _closed_port()
+    port = closed_port()
     storage = facts.closed_port_storage(port)
     low, high = facts.closed_port_within
     try:

@@ -6,8 +6,6 @@ database names MongoDB refuses (or keeps for itself), and bad ``--rdq-option mon
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from rdq_mongo.connection import parse_uri
 from rdq_mongo.plugin import backend
@@ -16,15 +14,9 @@ from rdq_mongo.storage import MongoStorage
 
 from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable
 from rdq_core.errors import InvalidArgument
+from tests._ports import closed_port
 
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-NOWHERE = f"mongodb://127.0.0.1:{_closed_port()}/?directConnection=true"
+NOWHERE = f"mongodb://127.0.0.1:{closed_port()}/?directConnection=true"
 
 #: URI -> what the message must say
 BAD_URIS = {

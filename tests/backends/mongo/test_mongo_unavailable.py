@@ -14,7 +14,6 @@ this module), never the session's.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -28,6 +27,7 @@ from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavaila
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
 from tests._fixtures import closed_after
+from tests._ports import closed_port
 from tests._processes import timed, until_works
 from tests.backends.mongo.driver import SELECT_MS, SLACK_S, SOCKET_MS
 from tests.backends.mongo.driver import down_storage as down_storage_on
@@ -37,14 +37,8 @@ NOTHING = "nothing was done"
 UNKNOWN = "outcome is unknown"
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_default_selection_timeout_bounds_a_call_on_a_closed_port():
-    storage = MongoStorage(f"mongodb://127.0.0.1:{_closed_port()}/", "rdq_nowhere")
+    storage = MongoStorage(f"mongodb://127.0.0.1:{closed_port()}/", "rdq_nowhere")
     elapsed, error = timed(lambda: storage.stats("q"))
     assert isinstance(error, BackendUnavailable) and NOTHING in str(error), error
     default_s = SERVER_SELECTION_TIMEOUT_MS / 1000

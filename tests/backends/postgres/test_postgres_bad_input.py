@@ -5,7 +5,6 @@ exist: validation answers InvalidArgument, never BackendUnavailable) and write n
 from __future__ import annotations
 
 import random
-import socket
 from datetime import timedelta
 
 import psycopg
@@ -16,6 +15,7 @@ from rdq_postgres.storage import PostgresStorage
 from rdq_core import validation
 from rdq_core.errors import InvalidArgument
 from rdq_core.model import ByIds, DlqFilter, ErrorInfo, NewTask, Outcome, Status
+from tests._ports import closed_port
 from tests.backends.postgres._pg_support import count_rows, require_server
 
 DSN = require_server()
@@ -50,16 +50,10 @@ AWKWARD_IDS = [
 ]
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def nowhere() -> PostgresStorage:
     """A storage on a server that does not exist: any SQL would fail BackendUnavailable."""
-    return PostgresStorage(f"postgresql://postgres@127.0.0.1:{_closed_port()}/test", "rdq_x")
+    return PostgresStorage(f"postgresql://postgres@127.0.0.1:{closed_port()}/test", "rdq_x")
 
 
 def _all_calls(st: PostgresStorage, name: str) -> dict[str, object]:

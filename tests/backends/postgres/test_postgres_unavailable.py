@@ -6,7 +6,6 @@ storage and ``cut_connections`` are the server contract's,
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -25,12 +24,6 @@ from tests.backends.postgres._pg_support import require_server, sleep_on_server
 
 DSN = require_server()
 LEASE = timedelta(minutes=5)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _sessions(raw: psycopg.Connection, application_name: str) -> list[int]:

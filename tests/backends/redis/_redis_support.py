@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -59,25 +58,6 @@ def require_server() -> str:
 
 def with_query(dsn: str, query: str) -> str:
     return dsn + ("&" if "?" in dsn else "?") + query
-
-
-def free_port(*, bus: bool = False) -> int:
-    """A loopback port free now (and, with ``bus``, port + 10000 too: a cluster bus)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not bus:
-            return port
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair found")
 
 
 def warm(storage: Storage, queue: str) -> None:
