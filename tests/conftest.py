@@ -12,7 +12,7 @@ import pytest
 
 from tests import _schedule
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests._cpu"]
 
 
 @pytest.fixture
