@@ -142,6 +142,27 @@ def ci_closings(output: str) -> tuple[Closing | None, dict[str, Closing | None]]
     return own, rungs
 
 
+#: the heading ``tests/_cpu.py`` gives its table in pytest's closing summary
+CPU_HEADING = re.compile(r"^=+ CPU seconds per test \(tests/_cpu\.py\) =+$", re.M)
+
+
+def cpu_table(output: str) -> list[str]:
+    """The lines of the test command's table of CPU seconds per test (``tests/_cpu.py``),
+    from ``.ci/run``'s output: the last table before the example's logs; ``[]`` if none."""
+    heads = list(EXAMPLE_HEADING.finditer(output))
+    own = output[: heads[0].start()] if heads else output
+    found = list(CPU_HEADING.finditer(own))
+    if not found:
+        return []
+    lines: list[str] = []
+    for line in own[found[-1].end() :].splitlines():
+        if line.startswith("=") or (lines and not line.strip()):
+            break
+        if line.strip():
+            lines.append(line.rstrip())
+    return lines
+
+
 # ---- the JUnit file -------------------------------------------------------------------------
 
 
@@ -315,6 +336,7 @@ class Run:
     busy: int = 0
     examples: dict[str, Closing | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cpu: list[str] = field(default_factory=list)
 
     @property
     def green(self) -> bool:

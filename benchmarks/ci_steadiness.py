@@ -56,6 +56,7 @@ from _steadiness import (
     Run,
     ci_closings,
     ci_environment,
+    cpu_table,
     failures_table,
     junit_addopts,
     last_closing,
@@ -238,7 +239,7 @@ def one_run(number: int, sha: str, base: Path, args: argparse.Namespace) -> Run:
             tail = output.strip().splitlines()[-12:]
             notes.append("last lines of its output:\n    " + "\n    ".join(tail))
         return Run(number, rc, seconds, closing, junit_read, watch.span, args.busy,
-                   examples, notes)  # fmt: skip
+                   examples, notes, cpu_table(output))  # fmt: skip
     finally:
         if not args.keep:
             _remove(clone)
@@ -265,6 +266,9 @@ def _details(r: Run) -> list[str]:
             + (closing.text if closing else "no closing line")
         )
     lines += [f"run #{r.number}: {note}" for note in r.notes]
+    if r.cpu:
+        lines.append(f"run #{r.number}: CPU seconds per test (tests/_cpu.py):")
+        lines += [f"    {line}" for line in r.cpu]
     return lines
 
 

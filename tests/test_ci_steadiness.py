@@ -79,6 +79,11 @@ E   AssertionError: conformance suite failed on x:
 E   1 failed, 500 passed in 30.20s
 =========================== short test summary info ============================
 FAILED tests/test_builtin_backends.py::test_conformance_suite_passes[x] - Asse...
+================== CPU seconds per test (tests/_cpu.py) ==================
+13 tests spent 90 CPU seconds; the 2 dearest 50:
+    30.0  tests/test_builtin_backends.py::test_conformance_suite_passes[x]
+    20.0  tests/test_y.py::test_z
+the machine was busy 120 CPU seconds over the run (every process, the shared servers ...)
 ============ 1 failed, 12 passed, 1 skipped in 61.00s (0:01:01) ============
 .ci/run: --- examples/rdq-mysql, dsn rung ---
 ........
@@ -104,6 +109,19 @@ def test_ci_runs_own_closing_line_is_the_last_before_the_examples_logs() -> None
     assert st.ci_closings(no_example) == (own, {})
     assert st.last_closing(CI_OUTPUT).text == "1 failed, 622 passed in 250.00s (0:04:10)"
     assert st.ci_closings("ruff: 3 errors\n") == (None, {})
+
+
+def test_the_cpu_table_is_the_test_commands_not_an_examples() -> None:
+    table = st.cpu_table(CI_OUTPUT)
+    assert table[0] == "13 tests spent 90 CPU seconds; the 2 dearest 50:"
+    seconds, nodeid = table[1].split()
+    assert (seconds, nodeid.rpartition("::")[2]) == ("30.0", "test_conformance_suite_passes[x]")
+    assert table[-1].startswith("the machine was busy 120 CPU seconds")
+    assert len(table) == 4
+    example_only = CI_OUTPUT.replace("CPU seconds per test", "something else")
+    example_only += "=== CPU seconds per test (tests/_cpu.py) ===\n1 tests spent 1 CPU seconds\n"
+    assert st.cpu_table(example_only) == []
+    assert st.cpu_table("ruff: 3 errors\n") == []
 
 
 # ---- the JUnit file ----------------------------------------------------------------------------
