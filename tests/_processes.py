@@ -12,6 +12,7 @@ from typing import TypeVar
 import psutil
 
 from rdq_core.errors import BackendUnavailable
+from tests._waiting import HANG_S
 
 T = TypeVar("T")
 
@@ -64,8 +65,9 @@ def timed(call: Callable[[], object]) -> tuple[float, BaseException | None]:
     return time.monotonic() - began, None
 
 
-def until_works(call: Callable[[], T], within: float = 15.0) -> T:
-    """``call()``, retried while it is ``BackendUnavailable``, for up to ``within`` s."""
+def until_works(call: Callable[[], T], within: float = HANG_S) -> T:
+    """``call()``, retried while it is ``BackendUnavailable``, for up to ``within`` s (by
+    default a hang guard: the wait ends when the call works)."""
     deadline = time.monotonic() + within
     while True:
         try:

@@ -132,9 +132,11 @@ USER = "root"
 PRIVSEP_DIR = Path("/run/sshd")
 #: The lock under which owners choose their octets (see the module docstring).
 LOCK_FILE = "rdq-ssh-hosts.lock"
-#: Seconds an sshd may take to greet, and an owner to get the allocation lock.
-READY_TIMEOUT = 15.0
-LOCK_TIMEOUT = 30.0
+#: Seconds an sshd may take to greet, and an owner to get the allocation lock: hang
+#: guards (each wait ends as soon as the sshd greets or the lock is free; an sshd greets
+#: within a second, even on a busy 2-core machine).
+READY_TIMEOUT = 60.0
+LOCK_TIMEOUT = 60.0
 #: Seconds an sshd may take to exit on SIGTERM before its tree is SIGKILLed.
 SSHD_GRACE = 1.0
 #: The longest interface name Linux accepts.

@@ -37,6 +37,7 @@ from rdq_compliance.chaos.nemesis import Counters
 from rdq_compliance.chaos.report import build_timeline, render_timeline
 from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
 from tests._skew_support import assert_clean, need_libfaketime, skew_campaign
+from tests._waiting import HANG_S
 from tests.chaos._chaos_support import wait_gone
 
 # ---- the scenario keys ----------------------------------------------------------------------
@@ -360,8 +361,8 @@ def test_no_skewed_worker_outlives_a_sigkilled_runner(tmp_path: Path) -> None:
         os.kill(skewed[0].pid, signal.SIGSTOP)
         started = [p.pid for p in me.children(recursive=True)]
         os.kill(runner.pid, signal.SIGKILL)
-        runner.wait(10)
-        left = wait_gone(started, timeout=20.0)
+        runner.wait(HANG_S)
+        left = wait_gone(started, timeout=HANG_S)
         assert left == [], f"processes left after the runner died: {left}"
     finally:
         if runner.poll() is None:

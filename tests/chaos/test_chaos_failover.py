@@ -34,6 +34,7 @@ from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
 from tests._ports import closed_port
 from tests._proof import AttemptResult, run_seeds
+from tests._waiting import HANG_S
 from tests.broken import catalogue
 from tests.chaos._chaos_support import wait_gone
 
@@ -385,12 +386,12 @@ def test_a_sigkilled_runner_leaves_no_replica_forwarder_or_data(
         assert len(paths) >= 2 and all(p.is_dir() for p in paths), paths
     finally:
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    left = wait_gone(info["pids"], timeout=30)
+        proc.wait(HANG_S)
+    left = wait_gone(info["pids"], timeout=HANG_S)
     assert not left, f"server processes left after the runner's SIGKILL: {left}"
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", info["port"]), timeout=1).recv(1)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_S
     rest = paths
     while rest and time.monotonic() < deadline:
         rest = [p for p in paths if p.exists()]

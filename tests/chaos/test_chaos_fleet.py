@@ -17,6 +17,7 @@ from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.runner import worker_template
 from rdq_compliance.chaos.scenario import load_scenario
 from rdq_core.model import NewTask
+from tests._waiting import HANG_S
 from tests.chaos._chaos_support import SMOKE, gone, wait_gone
 
 MIB = 1024 * 1024
@@ -182,8 +183,8 @@ def test_nothing_outlives_a_sigkilled_runner(backend, tmp_path):
         # is due about now, so one worker may be between death and replacement.
         assert len(started) >= 6 and len(workers()) >= 3, _describe(started)
         os.kill(runner.pid, signal.SIGKILL)
-        runner.wait(10)
-        left = wait_gone(started, timeout=20.0)
+        runner.wait(HANG_S)
+        left = wait_gone(started, timeout=HANG_S)
         assert left == [], f"processes left running after the runner died: {_describe(left)}"
     finally:
         if runner.poll() is None:
@@ -217,5 +218,5 @@ def test_fleet_pids_are_gone_after_stop(fleet_env):
     assert len(pids) == 6  # 3 workers, 3 watchdogs
     fleet.pause(fleet.workers()[0])
     fleet.stop(grace=3.0)
-    assert wait_gone(pids, 5.0) == []
+    assert wait_gone(pids, HANG_S) == []
     assert fleet.pids() == []

@@ -12,6 +12,7 @@ from rdq_core.memory import MemoryStore
 from rdq_core.model import NewTask
 from rdq_core.retry import RetryableError, RetryPolicy
 from rdq_core.worker import Worker
+from tests._waiting import HANG_S
 
 Q = "jobs"
 CLAIM_FIELDS = {
@@ -111,7 +112,7 @@ def test_zombie_report_is_journaled_as_fail_stale(tmp_path):
 
     def blocked(ctx):
         started.set()
-        release.wait(5)
+        release.wait(HANG_S)
 
     journal = Journal(tmp_path / "w0.jsonl", "w0")
     lease = timedelta(milliseconds=200)
@@ -135,11 +136,11 @@ def test_zombie_report_is_journaled_as_fail_stale(tmp_path):
     a.storage = NoBeat()
     t = threading.Thread(target=a.run_once)
     t.start()
-    assert started.wait(2)
-    time.sleep(0.3)
+    assert started.wait(HANG_S)
+    time.sleep(0.3)  # past the 200 ms lease (a sleep lasts at least this long)
     assert store.claim_due(Q, 1, timedelta(seconds=5))  # another worker reclaims
     release.set()
-    t.join(5)
+    t.join(HANG_S)
     journal.close()
     events = list(read_journal(tmp_path / "w0.jsonl"))
     kinds = [(e["type"], e["op"]) for e in events]

@@ -32,6 +32,7 @@ from rdq_core.worker import (
     Worker,
     WorkerObserver,
 )
+from tests._waiting import HANG_S
 
 Q = "jobs"
 MS = timedelta(milliseconds=1)
@@ -184,7 +185,7 @@ def history(store: Storage, task_id: str = "t1") -> list[tuple[int, Outcome]]:
     return [(a.attempt_no, a.outcome) for a in store.get(task_id).attempts]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = HANG_S) -> None:
     end = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < end, "timed out waiting"
@@ -350,7 +351,7 @@ def test_lease_lost_to_another_claim_reports_nothing():
 
     def stuck(ctx: TaskContext) -> str:
         started.set()
-        outcome["saw_lost"] = ctx.lease_lost.wait(5)
+        outcome["saw_lost"] = ctx.lease_lost.wait(HANG_S)
         try:
             ctx.check()
         except LeaseLost:
@@ -360,15 +361,15 @@ def test_lease_lost_to_another_claim_reports_nothing():
 
     a = Worker(flaky, Q, {"work": stuck}, lease=400 * MS, observer=rec, name="a")
     t = in_thread(a.run_once)
-    assert started.wait(2)
+    assert started.wait(HANG_S)
     flaky.hold_extend = threading.Event()  # pause A's next heartbeat...
-    assert flaky.extend_waiting.wait(2)
+    assert flaky.extend_waiting.wait(HANG_S)
     time.sleep(0.45)  # ...until its lease expired
     b_seen = []
     b = Worker(inner, Q, {"work": lambda ctx: b_seen.append(ctx.attempt_no)}, name="b")
     assert b.run_once() == 1  # B reclaims and succeeds
     flaky.hold_extend.set()  # A's heartbeat resumes: StaleClaim
-    t.join(5)
+    t.join(HANG_S)
     assert not t.is_alive()
     assert outcome == {"saw_lost": True, "check_raised": True}
     assert b_seen == [2]
@@ -387,14 +388,19 @@ def test_heartbeat_outage_until_the_deadline_loses_the_lease():
     rec = Recorder()
     waited = {}
 
+    lease = 300 * MS
+
     def stuck(ctx):
         t0 = time.monotonic()
-        waited["lost"] = ctx.lease_lost.wait(3)
+        waited["lost"] = ctx.lease_lost.wait(HANG_S)
         waited["after"] = time.monotonic() - t0
 
-    w = Worker(flaky, Q, {"work": stuck}, lease=300 * MS, observer=rec)
+    w = Worker(flaky, Q, {"work": stuck}, lease=lease, observer=rec)
     assert w.run_once() == 1
-    assert waited["lost"] and 0.2 <= waited["after"] < 1.5
+    # lost at the lease's deadline (the subject), not before it; the upper bound only
+    # says "about then" (10 leases), so a busy runner's late heartbeat thread passes
+    seconds = lease.total_seconds()
+    assert waited["lost"] and 2 / 3 * seconds <= waited["after"] < 10 * seconds
     kinds = [e[0] for e in rec.events]
     assert "lease_lost" in kinds and not any(k.startswith("report") for k in kinds)
     assert ("heartbeat", "t1", "error") in rec.events
@@ -447,7 +453,7 @@ def test_recovers_from_backend_unavailable():
     t = in_thread(lambda: w.run(stop))
     wait_for(lambda: inner.get("t1").status is Status.SUCCEEDED)
     stop.set()
-    t.join(5)
+    t.join(HANG_S)
     assert not t.is_alive()
     events = rec.kinds("heartbeat")
     assert events[:3] == [("claim_error", "BackendUnavailable")] * 3
@@ -522,9 +528,9 @@ def test_run_finishes_in_flight_tasks_when_stopped():
     stop = threading.Event()
     result = []
     t = in_thread(lambda: result.append(w.run(stop)))
-    assert started.wait(2)
+    assert started.wait(HANG_S)
     stop.set()
-    t.join(5)
+    t.join(HANG_S)
     assert result == [1]
     assert store.get("t1").status is Status.SUCCEEDED
 
@@ -546,10 +552,8 @@ def test_concurrency_and_batch():
 
     rec = Recorder()
     w = Worker(store, Q, {"work": work}, concurrency=3, batch=10, observer=rec)
-    t0 = time.monotonic()
     assert w.run_until_idle(5) == 6
-    assert time.monotonic() - t0 < 1.0
-    assert peak[0] == 3
+    assert peak[0] == 3  # three at once (how long the six took depends on the machine)
     assert all(len(e[1]) <= 3 for e in rec.events if e[0] == "claim")
     assert store.stats(Q).succeeded == 6
 
@@ -569,13 +573,13 @@ def test_a_worker_runs_one_session_at_a_time():
     store = MemoryStore()
     enqueue(store)
     release = threading.Event()
-    w = Worker(store, Q, {"work": lambda ctx: release.wait(2)})
+    w = Worker(store, Q, {"work": lambda ctx: release.wait(HANG_S)})
     t = in_thread(w.run_once)
     wait_for(lambda: store.stats(Q).in_flight == 1)
     with pytest.raises(RuntimeError, match="already running"):
         w.run_once()
     release.set()
-    t.join(5)
+    t.join(HANG_S)
 
 
 @pytest.mark.parametrize(
@@ -651,7 +655,7 @@ def test_report_after_lease_loss_makes_a_zombie_report(flag):
 
     def blocked(ctx: TaskContext) -> None:  # a blocked loop: never looks at the lease
         started.set()
-        assert ctx.lease_lost.wait(5)
+        assert ctx.lease_lost.wait(HANG_S)
 
     a = Worker(
         flaky,
@@ -663,14 +667,14 @@ def test_report_after_lease_loss_makes_a_zombie_report(flag):
         report_after_lease_loss=flag,
     )
     t = in_thread(a.run_once)
-    assert started.wait(2)
+    assert started.wait(HANG_S)
     flaky.hold_extend = threading.Event()
-    assert flaky.extend_waiting.wait(2)
+    assert flaky.extend_waiting.wait(HANG_S)
     time.sleep(0.35)  # the lease expires
     b = Worker(inner, Q, {"work": lambda ctx: None}, name="b")
     assert b.run_once() == 1  # B reclaims and completes
     flaky.hold_extend.set()  # A's heartbeat: StaleClaim, lease lost
-    t.join(5)
+    t.join(HANG_S)
     assert not t.is_alive()
     reports = [e for e in rec.events if e[0].startswith("report")]
     if flag:

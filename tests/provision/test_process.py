@@ -27,6 +27,7 @@ from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, run_
 from rdq_compliance.provision.users import resolve_user
 from tests._ports import reserved_port
 from tests._processes import alive, wait_gone
+from tests._waiting import HANG_S
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX process management")
 
@@ -73,14 +74,14 @@ def test_wait_ready_polls_a_real_probe_and_pids_cover_the_whole_tree(
     port = reserved_port()
     process = ManagedProcess(server_argv(port, delay=0.3), log_path=tmp_path / "log").start()
     started.append(process)
-    process.wait_ready(lambda: port_open(port), timeout=10)
+    process.wait_ready(lambda: port_open(port), timeout=HANG_S)
     assert port_open(port)
     pids = process.pids()
     assert process.pid in pids
     assert len(pids) == 2, pids  # the server and its child in a session of its own
     assert os.getsid(process.pid) == process.pid  # the leader has a session of its own
     process.stop()
-    assert wait_gone(pids, 0.1) == []
+    assert wait_gone(pids, 0.1) == []  # stop() returns once the tree is gone: no wait
     assert process.pids() == []
     assert not process.running
     process.stop()  # idempotent
@@ -111,7 +112,9 @@ def test_wait_ready_times_out_naming_the_last_probe_error(
     began = time.monotonic()
     with pytest.raises(ProcessFailed, match=r"not ready within .*nobody home"):
         process.wait_ready(probe, timeout=0.3)
-    assert time.monotonic() - began < 2
+    # ended by its timeout, long before the ``sleep 30`` exits (what a wait that ignored
+    # the timeout would end on)
+    assert time.monotonic() - began < 15
 
 
 def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> None:
@@ -119,11 +122,11 @@ def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> Non
     process = ManagedProcess(
         server_argv(port, ignore_term=True), log_path=tmp_path / "log", grace=0.3
     ).start()
-    process.wait_ready(lambda: port_open(port), timeout=10)
+    process.wait_ready(lambda: port_open(port), timeout=HANG_S)
     pids = process.pids()
     began = time.monotonic()
     process.stop()
-    assert time.monotonic() - began < 3
+    assert time.monotonic() - began < HANG_S  # a hang guard; the SIGKILL shows the escalation
     assert process.returncode == -signal.SIGKILL
     assert alive(pids) == []
 
@@ -132,7 +135,7 @@ def test_kill_sigkills_every_process_of_the_tree_at_once(tmp_path: Path) -> None
     port = reserved_port()
     process = ManagedProcess(server_argv(port), log_path=tmp_path / "log").start()
     try:
-        process.wait_ready(lambda: port_open(port), timeout=10)
+        process.wait_ready(lambda: port_open(port), timeout=HANG_S)
         pids = process.pids()
         process.kill()
         assert alive(pids) == []
@@ -154,7 +157,7 @@ def test_pause_stops_every_process_of_the_tree_and_resume_continues_them(
     port = reserved_port()
     process = ManagedProcess(server_argv(port), log_path=tmp_path / "log").start()
     started.append(process)
-    process.wait_ready(lambda: port_open(port), timeout=10)
+    process.wait_ready(lambda: port_open(port), timeout=HANG_S)
     pids = process.pids()
     assert sorted(process.pause()) == pids  # the child in a session of its own too
     assert process.paused and _states(pids) == {psutil.STATUS_STOPPED}
@@ -169,15 +172,16 @@ def test_a_paused_server_stops_promptly(tmp_path: Path, how: str) -> None:
     """The watchdog continues a paused tree after the stop signal, so a paused server
     stops at once rather than after the grace period (and SIGKILL needs no SIGCONT)."""
     port = reserved_port()
-    process = ManagedProcess(server_argv(port), log_path=tmp_path / "log", grace=10).start()
+    grace = 60.0
+    process = ManagedProcess(server_argv(port), log_path=tmp_path / "log", grace=grace).start()
     try:
-        process.wait_ready(lambda: port_open(port), timeout=10)
+        process.wait_ready(lambda: port_open(port), timeout=HANG_S)
         pids = process.pids()
         process.pause()
         began = time.monotonic()
         getattr(process, how)()
-        assert time.monotonic() - began < 3
-        assert wait_gone(pids, 2) == []
+        assert time.monotonic() - began < grace / 2  # not after the grace period
+        assert wait_gone(pids, HANG_S) == []
         assert not process.paused
     finally:
         process.stop()
@@ -241,7 +245,7 @@ KIT = textwrap.dedent(
     process = ManagedProcess(
         server, log_path=work / "log", cleanup_paths=[work / "data"], grace=1.0
     ).start()
-    process.wait_ready(lambda: port_open(port), timeout=20)
+    process.wait_ready(lambda: port_open(port), timeout=120)  # a hang guard (HANG_S)
     forked = None
     if fork:  # a worker forked by the kit must not keep the server alive
         forked = os.fork()
@@ -273,11 +277,8 @@ def test_the_server_dies_when_the_kit_process_is_sigkilled(tmp_path: Path, fork:
         assert len(pids) == 2 and alive(pids) == pids and port_open(port)
 
         kit.send_signal(signal.SIGKILL)
-        kit.wait(5)
-        began = time.monotonic()
-        assert wait_gone([*pids, watchdog], timeout=10) == []
-        elapsed = time.monotonic() - began
-        assert elapsed < 5, f"the server outlived the kit by {elapsed:.1f}s"
+        kit.wait(HANG_S)
+        assert wait_gone([*pids, watchdog], timeout=HANG_S) == [], "the server outlived the kit"
         assert not port_open(port)
         assert not (tmp_path / "data").exists(), "the server's data was not removed"
         assert "the kit process is gone" in (tmp_path / "log").read_text()

@@ -30,6 +30,7 @@ from rdq_compliance.provision import ssh_hosts
 from rdq_compliance.provision.ports import port_open
 from rdq_compliance.provision.ssh_hosts import HostInfo, SshHosts
 from tests._ci import missing
+from tests._waiting import HANG_S
 
 try:
     import asyncssh
@@ -122,17 +123,19 @@ def test_bad_arguments_are_refused_before_anything_is_built(tmp_path):
 PROBE = textwrap.dedent(
     """
     import socket, sys
-    def talk(host, port, send):
+    def talk(host, port, send, timeout):
         try:
-            with socket.create_connection((host, int(port)), timeout=1.0) as s:
+            with socket.create_connection((host, int(port)), timeout=timeout) as s:
                 s.sendall(send)
                 return s.recv(64).decode().strip()
         except OSError as exc:
             return type(exc).__name__
-    relay, closed, other = sys.argv[1:4]
-    print(talk(relay, 6379, b"PING\\r\\n"))       # the relay to the machine's Redis
-    print(talk(relay, closed, b"x"))                # another port of the machine: dropped
-    print(talk(other, 22, b"x"))                    # another host: no route
+    relay, closed, other, hang_s = sys.argv[1:5]
+    print(talk(relay, 6379, b"PING\\r\\n", float(hang_s)))  # the relay to the machine's Redis
+    # another port of the machine: dropped, so it times out (a window no answer comes in,
+    # however long: load cannot make a dropped packet answer)
+    print(talk(relay, closed, b"x", 1.0))
+    print(talk(other, 22, b"x", float(hang_s)))       # another host: no route
     """
 )
 
@@ -146,16 +149,16 @@ async def _use_host(hosts: SshHosts, info: HostInfo, other: HostInfo, tmp: Path)
         "agent_path": None,
     }
     async with asyncssh.connect(info.address, **options) as conn:
-        result = await conn.run("ip -4 -o addr", check=True, timeout=10)
+        result = await conn.run("ip -4 -o addr", check=True, timeout=HANG_S)
         words = str(result.stdout).split()
         addrs = {words[i + 1].split("/")[0] for i, w in enumerate(words) if w == "inet"}
         assert addrs == {"127.0.0.1", info.address}, result.stdout
         with socket.socket() as closed:  # listens on every address of the machine
             closed.bind(("0.0.0.0", 0))
             closed.listen()
-            argv = [info.server_address, str(closed.getsockname()[1]), other.address]
+            argv = [info.server_address, str(closed.getsockname()[1]), other.address, str(HANG_S)]
             cmd = f"python3 -c {shlex.quote(PROBE)} {shlex.join(argv)}"
-            result = await conn.run(cmd, check=True, timeout=15)
+            result = await conn.run(cmd, check=True, timeout=3 * HANG_S)
         assert str(result.stdout).split() == ["+PONG", "TimeoutError", "OSError"], result
 
         data = os.urandom(100_000)
@@ -252,13 +255,13 @@ def test_a_sigkilled_owner_leaves_nothing_behind(tmp_path):
         [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE
     )
     try:
-        _read_until(owner, "ready", 30)
+        _read_until(owner, "ready", HANG_S)
         assert ssh_hosts.namespaces(owner.pid) == [f"rdq-s{owner.pid}-0"]
         assert any("sshd" in line for line in _leftovers(owner.pid, tmp_path))
     finally:
         owner.kill()
         owner.wait()
-    assert _wait_clean(owner.pid, tmp_path, 10) == []
+    assert _wait_clean(owner.pid, tmp_path, HANG_S) == []
 
 
 def test_the_command_line(tmp_path):
@@ -286,7 +289,7 @@ def test_the_command_line(tmp_path):
         stderr=subprocess.PIPE,
     )
     try:
-        printed = _read_until(up, "hosts up; Ctrl-C to take them down", 30)
+        printed = _read_until(up, "hosts up; Ctrl-C to take them down", HANG_S)
         fleet = tomllib.loads(out.read_text())["fleet"]
         assert fleet["python"] == sys.executable
         assert fleet["known_hosts"] == str(workdir / "known_hosts")
@@ -296,7 +299,7 @@ def test_the_command_line(tmp_path):
         assert host["url"].startswith("ssh://root@10.198.") and host["url"] in printed
         assert port_open(22, host["url"].split("@")[1].split(":")[0])
         up.send_signal(signal.SIGTERM)
-        assert up.wait(15) == 0, up.stderr.read() if up.stderr else b""
+        assert up.wait(HANG_S) == 0, up.stderr.read() if up.stderr else b""
     finally:
         if up.poll() is None:
             up.kill()
@@ -314,7 +317,7 @@ def test_sweep_removes_the_namespaces_of_dead_owners(tmp_path):
         assert stale in ssh_hosts.sweep_stale()
         assert stale not in ssh_hosts.namespaces()
         subprocess.run(["ip", "netns", "add", stale], check=True)
-        proc = subprocess.run([*CLI, "sweep"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run([*CLI, "sweep"], capture_output=True, text=True, timeout=HANG_S)
         assert proc.returncode == 0 and f"removed {stale}" in proc.stdout, proc
     finally:
         subprocess.run(["ip", "netns", "delete", stale], capture_output=True)

@@ -124,7 +124,9 @@ class Outage:
     #: it), e.g. ``postgresql://postgres:***@127.0.0.1``
     masked: str
     #: every call on ``open_down``'s storage gives up within this while the server is
-    #: killed; one opened with the backend's default timeouts within this
+    #: killed; one opened with the backend's default timeouts within this. These bounds
+    #: (and the closed-port, server-down and recovery ones below) are the kit's fail-fast
+    #: promises, not hang guards: each must stay below the driver's own wait it replaces
     fail_fast_s: float = 3.0
     default_fails_within: float = 3.0
     #: after the restart, the first call succeeds within this (None: within 15 s)

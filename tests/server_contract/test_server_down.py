@@ -29,6 +29,7 @@ from rdq_core.worker import Worker
 from tests._ports import closed_port
 from tests._processes import timed, until_works
 from tests._tcp_proxy import ReplyLosingProxy
+from tests._waiting import HANG_S
 from tests.server_contract.conftest import Opened
 from tests.server_contract.driver import Outage, ReplyLoss, ServerDriver, each_call
 from tests.server_contract.drivers import each
@@ -127,10 +128,12 @@ def test_an_open_storage_fails_fast_while_the_server_is_down_and_recovers(
     if facts.pooled is not None:
         assert facts.pooled(storage), "the storage holds no pooled connection"
 
-    elapsed, error = timed(local.kill)  # closing the kit's own connections must not stall
-    assert error is None and elapsed < 1.0, (elapsed, error)
-    elapsed, error = timed(doomed.close)  # nor closing a storage whose server is gone
-    assert error is None and elapsed < 1.0, (elapsed, error)
+    # closing the kit's own connections must not stall, nor closing a storage whose server
+    # is gone: no longer than a call takes to fail (a driver's close would wait seconds)
+    elapsed, error = timed(local.kill)
+    assert error is None and elapsed < facts.fail_fast_s, (elapsed, error)
+    elapsed, error = timed(doomed.close)
+    assert error is None and elapsed < facts.fail_fast_s, (elapsed, error)
     for name, call in each_call(storage):
         for _ in range(3):  # the first calls find their pooled connection dead, later ones none
             elapsed, error = timed(call)
@@ -144,7 +147,7 @@ def test_an_open_storage_fails_fast_while_the_server_is_down_and_recovers(
 
     local.restart()
     began = time.monotonic()
-    task = until_works(lambda: storage.get("before"), facts.recover_s or 15.0)
+    task = until_works(lambda: storage.get("before"), facts.recover_s or HANG_S)
     if facts.recover_s is not None:
         assert time.monotonic() - began < facts.recover_s, "the storage did not recover promptly"
     assert task.payload == b"kept"

@@ -85,4 +85,4 @@ def test_a_paused_server_is_unknown_after_the_socket_timeout(
     assert UNKNOWN in str(error) or NOTHING in str(error), error
     # the reply's wait, then the driver's retry: a new connection's handshake, selection
     assert elapsed < (2 * SOCKET_MS + SELECT_MS) / 1000 + SLACK_S, elapsed
-    until_works(lambda: storage.stats("q"), 10)
+    until_works(lambda: storage.stats("q"))

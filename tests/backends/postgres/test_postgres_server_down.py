@@ -58,7 +58,7 @@ def test_a_statement_cut_by_the_kill_is_backend_unavailable_and_the_next_call_fa
         elapsed, error = timed(storage.now)
         assert isinstance(error, BackendUnavailable) and elapsed < FAIL_FAST_S, (elapsed, error)
         server.restart()
-        until_works(storage.now, 5)
+        until_works(storage.now)
     finally:
         storage.close()
 
