@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 from psycopg import sql
+
+from tests._waiting import HANG_S
 
 if TYPE_CHECKING:
     from rdq_postgres.local import LocalPostgresServer
@@ -102,3 +105,21 @@ def sleep_on_server(
     thread = threading.Thread(target=sleeper)
     thread.start()
     return thread, errors
+
+
+def wait_sleeping(dsn: str, application_name: str) -> list[int]:
+    """Wait until :func:`sleep_on_server`'s statement runs on the server (a session named
+    ``application_name`` active in ``pg_sleep``); the pids of such sessions. The wait ends
+    when the statement starts; :data:`~tests._waiting.HANG_S` is only its hang guard."""
+    deadline = time.monotonic() + HANG_S
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+        while True:
+            busy = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                " AND state = 'active' AND query LIKE 'SELECT pg_sleep(%%'",
+                (application_name,),
+            ).fetchall()
+            if busy:
+                return [int(row[0]) for row in busy]
+            assert time.monotonic() < deadline, f"{application_name} never ran pg_sleep"
+            time.sleep(0.01)

@@ -11,7 +11,6 @@ PostgreSQL binaries are installed.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +19,12 @@ from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.errors import BackendUnavailable
 from tests._processes import timed, until_works
-from tests.backends.postgres._pg_support import ensure_running, local_server, sleep_on_server
+from tests.backends.postgres._pg_support import (
+    ensure_running,
+    local_server,
+    sleep_on_server,
+    wait_sleeping,
+)
 
 #: A call on an open storage must give up within this while the server is down (the pool
 #: timeout, 10 s, is what it used to wait).
@@ -49,7 +53,7 @@ def test_a_statement_cut_by_the_kill_is_backend_unavailable_and_the_next_call_fa
     try:
         storage.now()
         thread, errors = sleep_on_server(storage)
-        time.sleep(0.3)  # the statement is running on the server
+        wait_sleeping(server.dsn, storage.application_name)
         server.kill()
         thread.join(10)
         assert not thread.is_alive()
