@@ -7,6 +7,7 @@ uses its parent's."""
 from __future__ import annotations
 
 import multiprocessing
+import select
 import time
 
 import psycopg
@@ -14,6 +15,7 @@ import pytest
 from rdq_postgres import connection
 from rdq_postgres.storage import PostgresStorage
 
+from tests._waiting import HANG_S
 from tests.backends.postgres._pg_support import require_server
 
 DSN = require_server()
@@ -58,9 +60,11 @@ def test_a_connection_given_back_in_a_transaction_goes_to_the_pool(storage):
 
 def test_a_spare_the_server_cut_is_replaced(storage, raw):
     old = _backend_pid(storage)
-    assert len(storage._source._spare) == 1
-    raw.execute("SELECT pg_terminate_backend(%s, 5000)", (old,))
-    time.sleep(0.2)  # the termination notice reaches the idle socket
+    (spare,) = storage._source._spare
+    assert raw.execute("SELECT pg_terminate_backend(%s)", (old,)).fetchone() == (True,)
+    # the termination notice reaches the idle socket (the wait ends when it does)
+    readable, _, _ = select.select([spare.fileno()], [], [], HANG_S)
+    assert readable, "the server's termination notice never arrived"
     new = _backend_pid(storage)
     assert new != old
 
