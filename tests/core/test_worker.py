@@ -324,22 +324,68 @@ def test_attempt_no_comes_from_history_after_redrive():
 # ---- leases -------------------------------------------------------------------------------------
 
 
+#: A heartbeat's lateness the test must survive: 20 times the latest measured on 2 busy
+#: cores (25 ms, two busy loops beside the test), so a lost lease is the worker's fault,
+#: not the load's.
+STALL_S = 0.5
+#: A heartbeat comes every third of the lease, so the lease lapses only when a beat is two
+#: thirds of it (twice :data:`STALL_S`) late.
+HEARTBEAT_LEASE = timedelta(seconds=3 * STALL_S)
+#: The long handler: three leases, so staying alive takes at least three extensions.
+LONG_HANDLER_S = 3 * HEARTBEAT_LEASE.total_seconds()
+
+
 def test_heartbeat_keeps_a_long_handler_alive():
-    store = MemoryStore()
-    enqueue(store)
+    """A handler three leases long keeps its claim while its heartbeats go through; beside
+    it, the same handler whose heartbeats are held loses its claim to another claimer
+    within the handler's time (so the lease is short enough to lapse: the first worker
+    keeps it by its heartbeats)."""
+    beating, held = MemoryStore(), MemoryStore()
+    gated = FlakyStore(held)
+    gated.hold_extend = threading.Event()  # every heartbeat of this worker waits
+    ended = {"beating": threading.Event(), "held": threading.Event()}
+
+    def handler(name: str) -> Callable[[TaskContext], None]:
+        def run(ctx: TaskContext) -> None:
+            time.sleep(LONG_HANDLER_S)
+            ended[name].set()
+
+        return run
+
     rec = Recorder()
-    w = Worker(store, Q, {"work": lambda ctx: time.sleep(1.0)}, lease=300 * MS, observer=rec)
-    t = in_thread(w.run_once)
-    wait_for(lambda: store.stats(Q).in_flight == 1)
-    stolen = []
-    while t.is_alive():
-        stolen += store.claim_due(Q, 1, timedelta(seconds=5))
+    workers = {
+        "beating": Worker(
+            beating, Q, {"work": handler("beating")}, lease=HEARTBEAT_LEASE, observer=rec
+        ),
+        "held": Worker(gated, Q, {"work": handler("held")}, lease=HEARTBEAT_LEASE),
+    }
+    stores = {"beating": beating, "held": held}
+    for store in stores.values():
+        enqueue(store)
+    threads = [in_thread(w.run_once) for w in workers.values()]
+    wait_for(lambda: all(store.stats(Q).in_flight == 1 for store in stores.values()))
+    stolen: dict[str, list] = {"beating": [], "held": []}
+    stolen_after_end = []
+    while not all(e.is_set() for e in ended.values()):
+        for name, store in stores.items():
+            if ended[name].is_set() or stolen[name]:
+                continue
+            got = store.claim_due(Q, 1, timedelta(minutes=5))
+            stolen[name] += got
+            if got and ended[name].is_set():
+                stolen_after_end.append(name)
         time.sleep(0.03)
-    t.join()
-    assert stolen == []
-    assert history(store) == [(1, Outcome.SUCCESS)]
+    gated.hold_extend.set()  # the held heartbeat goes through now: StaleClaim, lease lost
+    for t in threads:
+        t.join(HANG_S)
+        assert not t.is_alive()
+    assert stolen["beating"] == []
+    assert history(beating) == [(1, Outcome.SUCCESS)]
     beats = [e for e in rec.events if e[0] == "heartbeat"]
-    assert len(beats) >= 2 and all(e[2] == "ok" for e in beats)
+    assert len(beats) >= 3 and all(e[2] == "ok" for e in beats)
+    # the contrast: without its heartbeats the lease lapsed while the handler still ran
+    assert len(stolen["held"]) == 1 and stolen_after_end == [], (stolen, stolen_after_end)
+    assert history(held) == [(1, Outcome.LEASE_EXPIRED)]
 
 
 def test_lease_lost_to_another_claim_reports_nothing():
