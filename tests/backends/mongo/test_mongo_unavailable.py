@@ -7,9 +7,10 @@ every server backend, with this backend's bounds from its driver.)
 Bounds (measured here on 2 shared cores, SecantusDB): with rdq_mongo's default
 (:data:`rdq_mongo.connection.SERVER_SELECTION_TIMEOUT_MS`, 5 s) a call on a closed port
 gives up after 5 s; a call on a paused server after ``socketTimeoutMS`` (the reply) +
-``connectTimeoutMS`` (the retry's handshake) + ``serverSelectionTimeoutMS``: 3.4 s with
-1,000 + 1,000 + 400. The pause test uses a private server (the local rung, started for
-this module), never the session's.
+``connectTimeoutMS`` (the retry's handshake) + ``serverSelectionTimeoutMS``: 2.4 s with
+1,000 + 1,000 + 400 (3.1-3.3 s measured: pymongo's selection ends on a 0.5 s step). The
+pause test uses a private server (the local rung, started for this module), never the
+session's.
 """
 
 from __future__ import annotations
