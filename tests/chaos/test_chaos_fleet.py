@@ -16,14 +16,15 @@ from rdq_compliance.chaos.events import read_journal
 from rdq_compliance.chaos.fleet import Fleet
 from rdq_compliance.chaos.runner import worker_template
 from rdq_compliance.chaos.scenario import load_scenario
-from rdq_core.model import NewTask
+from rdq_core.model import NewTask, Status
 from tests._waiting import HANG_S
 from tests.chaos._chaos_support import SMOKE, gone, wait_gone
 
 MIB = 1024 * 1024
 
 
-def _wait(predicate, timeout, what):
+def _wait(predicate, what, timeout=HANG_S):
+    """Until ``predicate()``: ``timeout`` is a hang guard, not a bound on the kit."""
     end = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < end, f"timed out waiting for {what}"
@@ -107,22 +108,30 @@ def test_kill_pause_arm_and_replace(fleet_env):
     assert new.name == "w2" and new.slot == 0 and new.running
     # pause and resume
     fleet.pause(w1)
-    _wait(lambda: psutil.Process(w1.pid).status() == psutil.STATUS_STOPPED, 5, "SIGSTOP")
+    _wait(lambda: psutil.Process(w1.pid).status() == psutil.STATUS_STOPPED, "SIGSTOP")
     fleet.resume(w1)
-    _wait(lambda: psutil.Process(w1.pid).status() != psutil.STATUS_STOPPED, 5, "SIGCONT")
-    # a worker armed for a point SIGKILLs itself there, after journaling it
-    fleet.pause(new)  # keep the task for w1
+    _wait(lambda: psutil.Process(w1.pid).status() != psutil.STATUS_STOPPED, "SIGCONT")
+    # a worker armed for a point SIGKILLs itself there, after journaling it. The worker
+    # reads its control file between loop turns, so a task claimed in the turn under way
+    # when it was armed may still run: one task at a time until a claim kills it.
+    fleet.pause(new)  # keep the tasks for w1
     fleet.arm(w1, "after_claim")
-    time.sleep(0.1)
-    _enqueue(storage, queue, 1, seconds=0.01)
-    _wait(lambda: not w1.running, 10, "the self-kill")
+    end = time.monotonic() + HANG_S
+    sent: list[str] = []
+    while w1.running:
+        assert time.monotonic() < end, f"timed out waiting for the self-kill ({sent} run)"
+        if not sent or storage.get(sent[-1]).status.terminal:
+            _enqueue(storage, queue, 1, seconds=0.01, prefix=f"t{len(sent)}-")
+            sent.append(f"t{len(sent)}-0000")
+        time.sleep(0.05)
     exits = fleet.exited()
     assert [(x.worker.name, x.returncode, x.armed) for x in exits] == [
         ("w1", -signal.SIGKILL, "after_claim")
     ]
     events = list(read_journal(fleet.history_dir / "w1.jsonl"))
     assert [(e["type"], e["op"]) for e in events[-2:]] == [("ok", "claim"), ("info", "self_kill")]
-    assert events[-1]["point"] == "after_claim" and events[-1]["task"] == "t0000"
+    assert events[-1]["point"] == "after_claim" and events[-1]["task"] == sent[-1]
+    assert storage.get(sent[-1]).status is Status.IN_FLIGHT  # claimed, never finished
     fleet.resume(new)
     fleet.replace(w1)
     assert {w.name for w in fleet.workers()} == {"w2", "w3"}

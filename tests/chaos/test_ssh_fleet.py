@@ -498,10 +498,14 @@ def test_the_launchers_verbs_reach_the_worker_process_on_its_host(redis_session,
         launcher = _launcher(redis_session, fleet, tmp_path, slots=1)
         try:
             (clock,) = launcher.clocks()
-            assert clock.host == "h0" and clock.samples == 16 and clock.uncertainty < 0.05
+            # the hosts share this machine's clock: the estimate's uncertainty is half the
+            # fastest of 16 round trips, far under a second even on a loaded runner
+            assert clock.host == "h0" and clock.samples == 16 and clock.uncertainty < 1.0
             w = launcher.start(WorkerStart("w0", 0, replace(config, proc="w0"), None))
             proc = psutil.Process(w.pid)  # one kernel: the host's pid is this machine's
-            assert "worker_main" in " ".join(proc.cmdline()) and w.running
+            # the host starts the worker through env(1), which then execs into Python
+            _until(lambda: "worker_main" in " ".join(proc.cmdline()), "the worker's exec")
+            assert w.running
             assert launcher.leftovers() == [f"h0 pid {w.pid}"]
             w.signal(signal.SIGSTOP)
             _until(lambda: proc.status() == psutil.STATUS_STOPPED, "SIGSTOP")
