@@ -171,8 +171,9 @@ class BackendVsModel(RuleBasedStateMachine):
         self.context = context
 
     def _fail(self, rule: str, detail: str) -> NoReturn:
-        self.stats.failed(self.steps)
-        raise StatefulViolation(rule, f"step {self.steps} {self.step_label}: {detail}")
+        violation = StatefulViolation(rule, f"step {self.steps} {self.step_label}: {detail}")
+        self.stats.failed(self.steps, violation)
+        raise violation
 
     def _now(self) -> datetime:
         got = attempt(self.observer.now)

@@ -46,6 +46,8 @@ class RunStats:
     first_failure_seconds: float | None = None
     #: Steps of the last failing example: hypothesis replays the shrunk program last.
     shrunk_steps: int | None = None
+    #: The first rule broken in the run (kept if hypothesis cannot replay its program).
+    first_violation: StatefulViolation | None = None
     started: float = field(default_factory=time.perf_counter)
     #: called with the stats as each program begins (the runner's progress line)
     on_example: Callable[[RunStats], None] | None = None
@@ -56,11 +58,13 @@ class RunStats:
         if self.on_example is not None:
             self.on_example(self)
 
-    def failed(self, steps: int) -> None:
+    def failed(self, steps: int, violation: StatefulViolation | None = None) -> None:
         self.failures += 1
         if self.first_failure_example is None:
             self.first_failure_example = self.examples
             self.first_failure_seconds = time.perf_counter() - self.started
+        if self.first_violation is None:
+            self.first_violation = violation
         self.shrunk_steps = steps
 
 
@@ -70,6 +74,7 @@ class StatefulViolation(AssertionError):
     def __init__(self, rule: str, detail: str) -> None:
         super().__init__(rules.message(rule, detail))
         self.rule = rule
+        self.detail = detail
 
 
 # ---- small records ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 import hypothesis
 from hypothesis import HealthCheck, Phase
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.errors import Flaky
 from hypothesis.stateful import (
     run_state_machine_as_test,
 )
@@ -23,6 +24,7 @@ from rdq_compliance.stateful.machine import (
 )
 from rdq_compliance.stateful.records import (
     RunStats,
+    StatefulViolation,
     Target,
 )
 from rdq_compliance.stateful.world import (
@@ -196,7 +198,28 @@ def run(
             note += f"\nReplay: {rerun.format(seed=used_seed)}"
         if where is not None:
             note += f"\nThe failing program is kept in {where} and replays first next run."
+        unreplayable = _unreplayable(exc, stats.first_violation)
+        if unreplayable is not None:
+            unreplayable.add_note(note)
+            raise unreplayable from exc
         if hasattr(exc, "add_note"):
             exc.add_note(note)
         raise
     return stats
+
+
+def _unreplayable(
+    exc: BaseException, violation: StatefulViolation | None
+) -> StatefulViolation | None:
+    """When hypothesis stops because a failing program did not replay the same way
+    (``Flaky``: its draws or its failure changed, as with a backend whose answers depend
+    on timing), the rule the backend broke, as first seen, with what happened; else
+    ``None``. The failure stands: a backend that breaks a rule only sometimes breaks it."""
+    if violation is None or not isinstance(exc, Flaky):
+        return None
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return StatefulViolation(
+        violation.rule,
+        f"{violation.detail}\n(the program that broke it did not replay the same way, so it "
+        f"is not shrunk; hypothesis: {type(exc).__name__}: {why})",
+    )
