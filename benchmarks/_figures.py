@@ -166,10 +166,11 @@ def figure(text: str, load: str, cmd: str | None = None) -> str:
     return f"{text}  [{load}; {cmd or command()}]"
 
 
-def history_rows(rows: Sequence[tuple[str, str, str]]) -> str:
+def history_rows(rows: Sequence[tuple[str, str, str]], sha: str | None = None) -> str:
     """``(figure, load, command)`` rows as the history table's rows of ``BENCHMARKS.md``
-    (``| date | commit | figure | load | command |``), under a title line."""
-    date, sha = today(), commit()
+    (``| date | commit | figure | load | command |``), under a title line; ``sha`` is the
+    commit measured (default: the checkout's, as it is when this is called)."""
+    date, sha = today(), sha or commit()
     lines = ["history rows (BENCHMARKS.md): | date | commit | figure | load | command |"]
     lines += [f"| {date} | {sha} | {fig} | {load} | `{cmd}` |" for fig, load, cmd in rows]
     return "\n".join(lines)

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         (f"fresh clone #{r.number}, {r.busy} busy loop(s): {_summary(r)}", r.load, command())
         for r in runs
     ]
-    print(history_rows(rows))
+    print(history_rows(rows, sha[:7]))  # the commit cloned, though HEAD may have moved since
     green = bool(runs) and all(r.green for r in runs) and len(runs) == args.runs
     if interrupted:
         print(f"\ninterrupted ({interrupted}) during run {len(runs) + 1}; kept: {base}")
