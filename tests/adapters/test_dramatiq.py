@@ -16,8 +16,8 @@ acknowledgement is fenced by design), and what the kit found with it.
   where a holder that had lost its message had its heartbeat taken (a gap).
 - **Each finding** of ``findings/dramatiq/README.md``: the kit fails the adapter under the
   finding's rule (a chaos campaign through ``run_campaign``, in a subprocess) and the
-  standalone reproducer exits 1 with the behaviour in its output. All campaigns and
-  reproducers start together, once (a module fixture), and run in parallel.
+  standalone reproducer exits 1 with the behaviour in its output. A finding's campaign
+  and reproducer start together when its test first asks for them (:class:`FindingRuns`).
 
 Needs the Redis at ``RDQ_REDIS_DSN`` (default ``redis://127.0.0.1:6379/0``; the
 reproducers use db 11 of the same server) and ``redis-server`` on PATH (F4 restarts a
@@ -31,10 +31,12 @@ subprocess loads to write down what every expected failure failed with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -477,7 +479,7 @@ def _env() -> dict[str, str]:
 
 @dataclass
 class Run:
-    """A subprocess started by the module fixture, and where its output goes."""
+    """A subprocess started by :class:`FindingRuns`, and where its output goes."""
 
     name: str
     proc: subprocess.Popen
@@ -491,7 +493,8 @@ class Run:
             try:
                 self.code = self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
                 pytest.fail(f"{self.name} did not finish in {timeout:.0f} s; output: {self.text()}")
             self.seconds = time.monotonic() - self.started
@@ -516,45 +519,73 @@ class Run:
         return summary, proof
 
 
+class FindingRuns:
+    """Each finding's runs (its campaign and reproducer; F1's reproducer and its control),
+    started together on the first request for any of them: under ``pytest -n 3`` the
+    findings' tests spread over the workers, and each worker starts only what its tests
+    ask for. Each run is a process group, killed whole at the end (a reproducer's own
+    redis-server with it)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.runs: dict[str, Run] = {}
+
+    def _argvs(self, finding: str) -> dict[str, tuple[list[str], Path]]:
+        argvs: dict[str, tuple[list[str], Path]] = {
+            f"repro-{finding}": ([sys.executable, str(FINDINGS / REPRODUCERS[finding])], self.base)
+        }
+        if finding == "F1":
+            argvs["repro-F1-control"] = (
+                [sys.executable, str(FINDINGS / REPRODUCERS["F1"]), "--control"], self.base
+            )
+        campaigns = {
+            "F2": (SCENARIO_F2, DSN, [",".join(map(str, F2_SEEDS)), "f2-twice"]),
+            "F3": (SCENARIO_F3, DSN, [",".join(map(str, F3_SEEDS)), "f3-twice"]),
+            # F4 on the kit's own server: it can kill and restart it
+            "F4": (SCENARIO_F4, "-", [",".join(map(str, F4_SEEDS)), "f4-lost"]),
+        }
+        if finding in campaigns:
+            toml, dsn, until = campaigns[finding]
+            name = f"campaign-{finding}"
+            folder = self.base / f"{name}-scenario"
+            folder.mkdir()
+            (folder / "scenario.toml").write_text(toml)
+            argv = [sys.executable, "-c", CAMPAIGN, str(folder / "scenario.toml"),
+                    str(self.base / name), dsn, *until]  # fmt: skip
+            argvs[name] = (argv, self.base)
+        return argvs
+
+    def __getitem__(self, name: str) -> Run:
+        if name not in self.runs:
+            for run_name, (argv, cwd) in self._argvs(name.split("-")[1]).items():
+                folder = self.base / run_name
+                folder.mkdir()
+                out = folder / "output.txt"
+                with out.open("w") as fh:
+                    proc = subprocess.Popen(
+                        argv, cwd=cwd, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )  # fmt: skip
+                self.runs[run_name] = Run(run_name, proc, out)
+        return self.runs[name]
+
+    def close(self) -> None:
+        for run in self.runs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.proc.pid, signal.SIGKILL)
+            run.proc.wait()
+
+
 @pytest.fixture(scope="module")
-def findings_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
-    """Every reproducer (F1 also with ``--control``) and every finding's campaign, started
-    together, once."""
+def findings_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FindingRuns]:
+    """Each finding's reproducer (F1 also with ``--control``) and campaign, started when
+    a test first asks for one of them."""
     _need_servers()
-    base = tmp_path_factory.mktemp("dramatiq-findings")
-    runs: dict[str, Run] = {}
-
-    def start(name: str, argv: list[str], cwd: Path) -> None:
-        folder = base / name
-        folder.mkdir()
-        out = folder / "output.txt"
-        with out.open("w") as fh:
-            proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=fh, stderr=subprocess.STDOUT)
-        runs[name] = Run(name, proc, out)
-
-    for name, toml, dsn, until in (
-        ("campaign-F3", SCENARIO_F3, DSN, [",".join(map(str, F3_SEEDS)), "f3-twice"]),
-        ("campaign-F2", SCENARIO_F2, DSN, [",".join(map(str, F2_SEEDS)), "f2-twice"]),
-        # F4 on the kit's own server: it can kill and restart it
-        ("campaign-F4", SCENARIO_F4, "-", [",".join(map(str, F4_SEEDS)), "f4-lost"]),
-    ):
-        folder = base / f"{name}-scenario"
-        folder.mkdir()
-        (folder / "scenario.toml").write_text(toml)
-        argv = [sys.executable, "-c", CAMPAIGN, str(folder / "scenario.toml"), str(base / name)]
-        start(name, [*argv, dsn, *until], base)
-    for finding, script in REPRODUCERS.items():
-        start(f"repro-{finding}", [sys.executable, str(FINDINGS / script)], base)
-    start(
-        "repro-F1-control", [sys.executable, str(FINDINGS / REPRODUCERS["F1"]), "--control"], base
-    )
+    runs = FindingRuns(tmp_path_factory.mktemp("dramatiq-findings"))
     try:
         yield runs
     finally:
-        for run in runs.values():
-            if run.proc.poll() is None:
-                run.proc.kill()
-                run.proc.wait()
+        runs.close()
 
 
 def _reproduced(run: Run, *lines: str) -> str:

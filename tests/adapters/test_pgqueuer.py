@@ -6,8 +6,8 @@
 - the ledger: a few of its gaps, run through the kit, are reported as expected failures
   (and a ledger key that names no test would be a usage error: the run would fail);
 - each finding of ``findings/pgqueuer/README.md``: the kit fails on the adapter under the
-  finding's rule (a chaos campaign of the finding's own scenario, both campaigns at once,
-  a second seed only if the first missed), and the standalone reproducer exits 1.
+  finding's rule (a chaos campaign of the finding's own scenario, run in the finding's
+  test, a second seed only if the first missed), and the standalone reproducer exits 1.
 
 The server is ``RDQ_POSTGRES_DSN`` (or ``RDQ_DSN``), else
 ``postgresql://postgres@127.0.0.1:5432/test``; without one these tests skip — except
@@ -21,7 +21,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import timedelta
@@ -271,50 +270,34 @@ CAMPAIGNS = {
 
 
 @pytest.fixture(scope="module")
-def campaigns(dsn, tmp_path_factory) -> Iterator[dict[str, Proof[CampaignResult]]]:
-    """Both findings' campaigns, at once, on one session: each finding's proof, whose
-    value is its last campaign's result (its scenario's seed, then the next only when the
-    first did not show the finding; :func:`tests._proof.run_seeds`)."""
+def pgqueuer_session(dsn) -> Iterator[Session]:
+    """One session on the server for the module's campaigns."""
     session = Session(Settings(backend="pgqueuer", dsn=dsn))
     session.start()
-    proofs: dict[str, Proof[CampaignResult]] = {}
-    errors: list[BaseException] = []
-
-    def run(name: str) -> None:
-        try:
-            scenario = load_scenario(FINDINGS / f"{name}.toml")
-
-            def attempt(seed: int, number: int) -> AttemptResult[CampaignResult]:
-                outdir = tmp_path_factory.mktemp(f"{name[:2]}-seed{seed}")
-                result = run_campaign(scenario.with_seed(seed), session=session, outdir=outdir)
-                assert result.checked, f"{result.checker_error}; report folder {outdir}"
-                rules = sorted({v.rule for v in result.violations})
-                facts = {"rules": rules, "drained": result.drained}
-                return AttemptResult(bool(FOUND[name]([result])), result, facts)
-
-            wanted = f"finding {name} ({CAMPAIGNS[name]})"
-            proofs[name] = run_seeds(wanted, seeds_from(scenario.seed, TRIES), attempt)
-        except BaseException as exc:  # reported by the tests
-            errors.append(exc)
-
-    tmp_path_factory.getbasetemp()  # made once, here: two threads making it race
-    threads = [threading.Thread(target=run, args=(name,)) for name in CAMPAIGNS]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
-        if errors:
-            raise errors[0]
-        yield proofs
+        yield session
     finally:
         session.close()
 
 
-def _proof(campaigns: dict[str, Proof[CampaignResult]], name: str) -> Proof[CampaignResult]:
-    """The finding's proof; its campaigns must have shown the finding and drained."""
-    assert name in campaigns, f"the campaigns of {name} did not end within 300 s"
-    proof = campaigns[name].require()
+def _proof(
+    session: Session, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Proof[CampaignResult]:
+    """The finding's campaign, run in this test (its scenario's seed, then the next only
+    when the first did not show the finding; :func:`tests._proof.run_seeds`): its proof,
+    which must show the finding, every campaign drained."""
+    scenario = load_scenario(FINDINGS / f"{name}.toml")
+
+    def attempt(seed: int, number: int) -> AttemptResult[CampaignResult]:
+        outdir = tmp_path_factory.mktemp(f"{name[:2]}-seed{seed}")
+        result = run_campaign(scenario.with_seed(seed), session=session, outdir=outdir)
+        assert result.checked, f"{result.checker_error}; report folder {outdir}"
+        rules = sorted({v.rule for v in result.violations})
+        facts = {"rules": rules, "drained": result.drained}
+        return AttemptResult(bool(FOUND[name]([result])), result, facts)
+
+    wanted = f"finding {name} ({CAMPAIGNS[name]})"
+    proof = run_seeds(wanted, seeds_from(scenario.seed, TRIES), attempt).require()
     assert all(a.facts["drained"] for a in proof.attempts), proof.report()
     return proof
 
@@ -403,25 +386,25 @@ FOUND = {
 }
 
 
-def test_finding_01_a_stale_retry_takes_a_live_claim(campaigns):
+def test_finding_01_a_stale_retry_takes_a_live_claim(pgqueuer_session, tmp_path_factory):
     """The kit: a claim still heartbeating is ended early (``lease-respected``) by the late
     reschedule of the worker whose claim had been reclaimed, and another claim takes the
     task inside the live lease; the reproducer shows it with pgqueuer alone. (A stale
     *complete* that ends a live claim is ``lease-respected`` too, but is G1's documented
     stale-outcome-wins: the signature looked for is the retry and the next claim.)"""
     name = "01-stale-retry-steals-live-claim"
-    _proof(campaigns, name)
+    _proof(pgqueuer_session, tmp_path_factory, name)
     run = _reproduce(name)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "PRESENT: C holds the job B is still running and heartbeating" in run.stdout
 
 
-def test_finding_02_a_stale_retry_resurrects_a_held_job(campaigns):
+def test_finding_02_a_stale_retry_resurrects_a_held_job(pgqueuer_session, tmp_path_factory):
     """The kit: a DEAD task is claimed again without a redrive (``terminal-final``) — put
     back to queued by the late reschedule of the worker whose claim had been reclaimed;
     the reproducer shows it with pgqueuer alone."""
     name = "02-stale-retry-resurrects-held-job"
-    _proof(campaigns, name)
+    _proof(pgqueuer_session, tmp_path_factory, name)
     run = _reproduce(name)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "PRESENT: a held ('failed') job ran again without requeue_jobs()" in run.stdout
