@@ -2,9 +2,12 @@
 DSN; the next run's sweep drops them, and never one of a run still going, on every
 server backend (:mod:`rdq_compliance.provision.owners`).
 
-The runs are real ``pytest`` processes with the kit's plugin, on the driver's shared
-server by ``--rdq-dsn``: each holds a test with a namespace (``rdq_spec``) until it is
-killed; the next run's header says what its sweep dropped.
+The runs are real ``pytest`` processes with the kit's plugin, given by ``--rdq-dsn`` a
+private server of the driver's local rung (the ``local`` fixture): each holds a test with
+a namespace (``rdq_spec``) until it is killed; the next run's header says what its sweep
+dropped. Private, because every kit run on a server sweeps it: on a shared one, another
+run beside this test (the kit's own tests, the MariaDB example) may drop the dead runs'
+namespaces first, and the test would judge that run, not the one it started.
 """
 
 from __future__ import annotations
@@ -87,11 +90,11 @@ def _hold(driver: ServerDriver, server: Server, tmp_path: Path, label: str):
 
 @each("ladder")
 def test_a_killed_run_leaves_nothing_after_the_next_runs_sweep(
-    driver: ServerDriver, shared: Server, tmp_path: Path
+    driver: ServerDriver, local: Server, tmp_path: Path
 ) -> None:
     signals = (signal.SIGTERM, signal.SIGKILL)
-    runs = {sig: _hold(driver, shared, tmp_path, sig.name) for sig in signals}
-    records = shared.recorded_namespaces()
+    runs = {sig: _hold(driver, local, tmp_path, sig.name) for sig in signals}
+    records = local.recorded_namespaces()
     for proc, namespace in runs.values():
         owner = Owner.decode(records.get(namespace))
         assert owner is not None and owner.pid == proc.pid, (
@@ -100,7 +103,7 @@ def test_a_killed_run_leaves_nothing_after_the_next_runs_sweep(
         )
         assert owner.here() and owner.alive()
     # A sweep while they run leaves their namespaces alone.
-    live = sweep_server(shared)
+    live = sweep_server(local)
     for _proc, namespace in runs.values():
         assert namespace in live.kept and namespace not in live.dropped, live
     for sig, (proc, _namespace) in runs.items():
@@ -108,17 +111,17 @@ def test_a_killed_run_leaves_nothing_after_the_next_runs_sweep(
     for proc, _namespace in runs.values():
         proc.communicate(timeout=30)
     assert not wait_gone([proc.pid for proc, _ in runs.values()], 10)
-    left = shared.recorded_namespaces()
+    left = local.recorded_namespaces()
     for sig, (_proc, namespace) in runs.items():
         assert namespace in left, f"{driver}: the run killed by {sig.name} dropped {namespace}?"
     # The next run: its header says what its sweep dropped; the namespaces are gone.
     nxt = _run(
-        driver, shared, tmp_path, "test_nothing", stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        driver, local, tmp_path, "test_nothing", stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     out = nxt.communicate(timeout=120)[0]
     assert nxt.returncode == 0, out
     assert "dropped" in out and "left by dead runs" in out, out
-    left = shared.recorded_namespaces()
+    left = local.recorded_namespaces()
     for sig, (proc, namespace) in runs.items():
         assert namespace not in left, (
             f"{driver}: {namespace} of the run killed by {sig.name} survived the next "
