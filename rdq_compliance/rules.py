@@ -3,8 +3,9 @@ so a report names the rule broken; :data:`CONTRACT` (``docs/contract.md`` in the
 tree) says what each one forbids and which test, machine or checker rule holds it.
 
 Each rule is declared once, as a :class:`~rdq_compliance.rule.Rule` value: a rule the
-chaos checker decides in its checker module (see :mod:`rdq_compliance.chaos.checker`),
-every other one here (:data:`SUITE_RULES`). :data:`DECLARED` and :data:`RULES` list them
+chaos checker decides in its checker module (see :mod:`rdq_compliance.chaos.checker`), a
+rule of deployed campaigns in :mod:`rdq_compliance.deployed.verdicts`, every other one
+here (:data:`SUITE_RULES`). :data:`DECLARED` and :data:`RULES` list them
 all."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rdq_compliance.chaos.checker import compose
+from rdq_compliance.deployed import verdicts
 from rdq_compliance.rule import Need, Rule
 
 #: The contract the kit holds a backend to, installed beside this module.
@@ -92,8 +94,8 @@ def declare(rules: Iterable[Rule]) -> dict[str, Rule]:
     return out
 
 
-#: Every rule's declaration, by id: the chaos checker's, then the others.
-DECLARED: dict[str, Rule] = declare((*compose.DECLARED, *SUITE_RULES))
+#: Every rule's declaration, by id: the chaos checker's, the others, the deployed checker's.
+DECLARED: dict[str, Rule] = declare((*compose.DECLARED, *SUITE_RULES, *verdicts.RULES))
 #: Every rule id, with its one-line text.
 RULES: dict[str, str] = {rule: d.text for rule, d in DECLARED.items()}
 

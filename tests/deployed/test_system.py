@@ -1,0 +1,92 @@
+"""A deployed system's declaration: :func:`load_system` finds systems by their
+``rdq.systems`` entry point and names the installed ones when asked for another;
+:func:`declaration_problems` reports what a declaration lacks."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from rdq_compliance.deployed import verdicts
+from rdq_compliance.deployed.system import (
+    GROUP,
+    DeployedSystem,
+    Profile,
+    Setting,
+    UnknownSystem,
+    declaration_problems,
+    load_system,
+)
+from tests.deployed.toy_system import AT_LEAST_ONCE, ToySystem
+
+RULE_IDS = [r.id for r in verdicts.RULES]
+
+
+def _found(**values: str):
+    return lambda: {n: EntryPoint(n, v, GROUP) for n, v in values.items()}
+
+
+def test_a_system_is_loaded_by_its_entry_point() -> None:
+    found = _found(toy="tests.deployed.toy_system:ToySystem")
+    system = load_system("toy", found=found)
+    assert isinstance(system, ToySystem) and isinstance(system, DeployedSystem)
+    assert system.worker("w1", "fast", "/p").env["RDQ_PROBE_WORKER"] == "w1"
+
+
+def test_an_unknown_name_names_the_installed_systems() -> None:
+    found = _found(toy="tests.deployed.toy_system:ToySystem", other="x:y")
+    with pytest.raises(UnknownSystem, match=r"no deployed system named 'nope'; installed "
+                       r"systems: other, toy\..*'rdq\.systems'"):  # fmt: skip
+        load_system("nope", found=found)
+    with pytest.raises(UnknownSystem, match="installed systems: none"):
+        load_system("nope", found=_found())
+
+
+def test_an_entry_point_that_is_not_a_system_is_refused() -> None:
+    with pytest.raises(UnknownSystem, match="gives a str, not a deployed system"):
+        load_system("toy", found=_found(toy="tests.deployed.toy_system:DOCS"))
+    with pytest.raises(UnknownSystem, match="cannot be imported"):
+        load_system("toy", found=_found(toy="tests.deployed.no_such_module:X"))
+
+
+def test_the_toy_declaration_is_complete() -> None:
+    assert declaration_problems(ToySystem(), RULE_IDS) == []
+
+
+def test_what_a_declaration_lacks_is_reported() -> None:
+    vague = dataclasses.replace(
+        AT_LEAST_ONCE,
+        quote=" ",
+        forbids=frozenset({"lost", "no-such-rule"}),
+        tolerates={"lost": frozenset({"meteor"})},
+    )
+    system = ToySystem(
+        promises=(vague, vague),
+        profiles={
+            "defaults": Profile("defaults", (Setting("timeout", "5", "60", "docs"),)),
+            "elsewhere": Profile("elsewhere"),
+        },
+    )
+    assert declaration_problems(system, RULE_IDS) == [
+        "toy==1.0: profile 'defaults' changes timeout (60 -> 5)",
+        "toy==1.0: no 'fast' profile",
+        "toy==1.0: promise 'toy-at-least-once' declared twice",
+        "toy==1.0: promise 'toy-at-least-once' lacks the library's words or a link",
+        "toy==1.0: promise 'toy-at-least-once' names unknown rule 'no-such-rule'",
+        "toy==1.0: promise 'toy-at-least-once' tolerates 'lost' under unknown causes ['meteor']",
+        "toy==1.0: promise 'toy-at-least-once' lacks the library's words or a link",
+        "toy==1.0: promise 'toy-at-least-once' names unknown rule 'no-such-rule'",
+        "toy==1.0: promise 'toy-at-least-once' tolerates 'lost' under unknown causes ['meteor']",
+        "toy==1.0: no promise forbids 'ran-after-done'",
+        "toy==1.0: no promise forbids 'handed-out-while-held'",
+        "toy==1.0: no promise forbids 'superseded-outcome'",
+        "toy==1.0: no promise forbids 'stuck'",
+    ]
+
+
+def test_a_fast_setting_cites_the_docs_line_that_allows_it() -> None:
+    fast = Profile("fast", (Setting("heartbeat_timeout", "5", "60"),))
+    assert fast.problems() == ["profile 'fast' changes heartbeat_timeout citing no docs line"]
+    assert Profile("fast", (Setting("x", "1", "1"),)).problems() == []

@@ -1,0 +1,317 @@
+"""Rules lost, ran-after-done, handed-out-while-held, superseded-outcome and stuck: each
+fails on a crafted history with a message naming the rule, the job and the workers, is a
+finding or a gap by the toy system's promises, and stays silent on the innocent history
+beside it; a history made from a correct serial schedule yields no verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rdq_compliance.deployed.faults import Fault, true_time
+from rdq_compliance.deployed.probe import Execution
+from rdq_compliance.deployed.system import JobState, Promise
+from rdq_compliance.deployed.verdicts import Accepted, Drain, Verdict, judge
+from tests.deployed.toy_system import AT_LEAST_ONCE, DONE_IS_FINAL
+
+PROMISES = (AT_LEAST_ONCE, DONE_IS_FINAL)
+DRAIN = Drain(ended=100.0, live=frozenset({"w1", "w2", "w3"}))
+
+FINISHED = JobState("finished", "done")
+FAILED = JobState("failed-for-good", "dead")
+HELD = JobState("held", "parked")
+WAITING = JobState("waiting", "queued")
+RUNNING = JobState("running", "started")
+GONE = JobState("unknown", "no such job")
+
+
+def ex(exec_: str, job: str, worker: str, start: float, end: float | None = None,
+       outcome: str | None = None, pid: int = 100) -> Execution:  # fmt: skip
+    return Execution(exec_, job, worker, pid, start, None, end, outcome)  # type: ignore[arg-type]
+
+
+def run(executions, final, *, faults=(), accepted=None, drain=DRAIN, promises=PROMISES, **kw):
+    if accepted is None:
+        accepted = [Accepted(j, 0.0) for j in dict.fromkeys(e.job for e in executions)]
+    return judge(executions, list(faults), accepted, final, promises, drain, **kw)
+
+
+def only(verdicts: list[Verdict], rule: str) -> list[Verdict]:
+    return [v for v in verdicts if v.rule == rule]
+
+
+def assert_names(v: Verdict, rule: str, job: str, workers: list[str]) -> None:
+    assert v.message.startswith(f"[{rule}] "), v.message
+    assert f"job {job!r}" in v.message, v.message
+    assert f"workers {', '.join(workers) or 'none'}:" in v.message, v.message
+    assert v.job == job and list(v.workers) == workers
+
+
+# ---- lost ---------------------------------------------------------------------------------
+
+
+def test_lost_an_accepted_job_the_library_forgot() -> None:
+    got = run([], {"j1": GONE}, accepted=[Accepted("j1", 1.0)])
+    (v,) = got
+    assert_names(v, "lost", "j1", [])
+    assert v.kind == "finding" and v.promise == AT_LEAST_ONCE
+    assert "unknown to the library" in v.message and "'no such job'" in v.message
+    assert "finding: breaks promise 'toy-at-least-once' (https://toy.invalid/" in v.message
+
+
+def test_lost_a_job_still_waiting_after_a_failed_execution() -> None:
+    got = run([ex("e1", "j1", "w1", 1, 2, "failed")], {"j1": WAITING})
+    (v,) = got
+    assert_names(v, "lost", "j1", ["w1"])
+    assert v.executions == ("e1",) and "still waiting" in v.message
+
+
+@pytest.mark.parametrize("state", [FINISHED, FAILED, HELD, RUNNING])
+def test_not_lost_when_the_library_accounts_for_the_job(state: JobState) -> None:
+    assert only(run([], {"j1": state}, accepted=[Accepted("j1", 0)]), "lost") == []
+    assert only(run([ex("e1", "j1", "w1", 1, 2, "failed")], {"j1": state}), "lost") == []
+
+
+def test_not_lost_when_it_succeeded_and_its_record_expired() -> None:
+    assert run([ex("e1", "j1", "w1", 1, 2, "succeeded")], {"j1": GONE}) == []
+
+
+def test_lost_after_a_kill_is_a_gap_where_a_promise_tolerates_it() -> None:
+    at_most_once = Promise(
+        "toy-at-most-once", "A job whose worker is killed may be lost.", "https://toy.invalid/k",
+        delivery="at-most-once", tolerates={"lost": frozenset({"kill"})},
+    )  # fmt: skip
+    kill = Fault("kill", 1.5, targets=("w1",))
+    execs = [ex("e1", "j1", "w1", 1, None)]
+    (v,) = run(execs, {"j1": GONE}, faults=[kill], promises=(at_most_once, *PROMISES))
+    assert v.kind == "gap" and v.promise == at_most_once
+    assert "gap: within promise 'toy-at-most-once'" in v.message
+    assert "kill of w1 from 1.500 never undone" in v.message
+    # the same loss with no kill breaks the at-least-once promise
+    (v,) = run(execs, {"j1": GONE}, promises=(at_most_once, *PROMISES))
+    assert v.kind == "finding" and v.promise == AT_LEAST_ONCE
+
+
+# ---- ran-after-done -----------------------------------------------------------------------
+
+
+def test_ran_after_done_a_finished_job_runs_again() -> None:
+    execs = [ex("e1", "j1", "w1", 1, 2, "succeeded"), ex("e2", "j1", "w2", 5, 6, "succeeded")]
+    (v,) = run(execs, {"j1": FINISHED})
+    assert_names(v, "ran-after-done", "j1", ["w1", "w2"])
+    assert v.executions == ("e1", "e2") and v.kind == "finding" and v.promise == DONE_IS_FINAL
+
+
+def test_ran_after_done_a_held_job_runs_again() -> None:
+    execs = [ex("e1", "j1", "w1", 1, 2, "held"), ex("e2", "j1", "w1", 3, None)]
+    (v,) = only(run(execs, {"j1": HELD}), "ran-after-done")
+    assert_names(v, "ran-after-done", "j1", ["w1"])
+
+
+def test_retries_are_not_runs_after_done() -> None:
+    """Two failures then a success, and three failures with two retries asked: each run
+    came before the job was done."""
+    execs = [ex(f"e{i}", "j1", "w1", i * 10, i * 10 + 1, "failed") for i in range(3)]
+    ok = [*execs[:2], ex("e2", "j1", "w2", 20, 21, "succeeded")]
+    assert run(ok, {"j1": FINISHED}) == []
+    assert run(execs, {"j1": FAILED}, accepted=[Accepted("j1", 0, retries=2)]) == []
+    assert run(execs, {"j1": FAILED}) == []  # retries unknown: its last failure made it so
+    # with one retry asked, the third run came after the job had failed for good
+    (v,) = run(execs, {"j1": FAILED}, accepted=[Accepted("j1", 0, retries=1)])
+    assert v.rule == "ran-after-done" and v.executions == ("e1", "e2")
+
+
+def test_an_order_the_clocks_cannot_tell_is_not_judged() -> None:
+    execs = [ex("e1", "j1", "w1", 1, 2, "succeeded"), ex("e2", "j1", "w2", 2.5, 3, "succeeded")]
+    assert only(run(execs, {"j1": FINISHED}), "ran-after-done") != []
+    assert run(execs, {"j1": FINISHED}, uncertainty=1.0) == []
+
+
+# ---- handed-out-while-held ----------------------------------------------------------------
+
+
+def _overlap() -> list[Execution]:
+    return [ex("a", "j1", "w1", 0, 20, "succeeded", pid=101),
+            ex("b", "j1", "w2", 10, 12, "succeeded", pid=200)]  # fmt: skip
+
+
+def test_handed_out_while_held_with_no_fault_is_a_finding() -> None:
+    (v,) = run(_overlap(), {"j1": FINISHED})
+    assert_names(v, "handed-out-while-held", "j1", ["w1", "w2"])
+    assert v.kind == "finding" and v.promise == AT_LEAST_ONCE and v.causes == ()
+    assert "b on w2 (pid 200) 10.000-12.000 succeeded started while a on w1" in v.message
+
+
+def test_a_fault_on_another_worker_leaves_it_a_finding() -> None:
+    faults = [Fault("kill", 5, 6, targets=("w3",)), Fault("pause", 1, 15, targets=("w2",))]
+    (v,) = run(_overlap(), {"j1": FINISHED}, faults=faults)
+    assert v.kind == "finding" and v.causes == ()
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault("kill", 5, 8, targets=("w1",), part="main", pids=frozenset({100})),
+        Fault("pause", 2, 9, targets=("w1",)),
+        Fault("partition", 3, 4, targets=("w1", "w3")),
+        Fault("cut", 11, targets=("w1",)),
+        Fault("server-freeze", 1, 2),
+    ],
+    ids=lambda f: f.kind,
+)
+def test_handed_out_after_a_fault_on_the_first_worker_is_a_gap(fault: Fault) -> None:
+    """The first execution's worker was hit (its main process killed while the child ran
+    the job, paused, cut off): a second run is within the at-least-once promise."""
+    (v,) = run(_overlap(), {"j1": FINISHED}, faults=[fault])
+    assert_names(v, "handed-out-while-held", "j1", ["w1", "w2"])
+    assert v.kind == "gap" and v.promise == AT_LEAST_ONCE
+    assert "gap: within promise 'toy-at-least-once'" in v.message
+    assert f"causes in play: {fault.describe()}" in v.message
+
+
+def test_a_server_kill_the_promise_does_not_tolerate_stays_a_finding() -> None:
+    (v,) = run(_overlap(), {"j1": FINISHED}, faults=[Fault("server-kill", 1, 2)])
+    assert v.kind == "finding" and v.causes == ("server-kill of the server from 1.000 to 2.000",)
+
+
+def test_handed_out_past_the_time_limit_is_a_gap() -> None:
+    (v,) = run(_overlap(), {"j1": FINISHED}, execution_limit=8.0)
+    assert v.kind == "gap" and "an execution ran past its time limit" in v.message
+    (v,) = run(_overlap(), {"j1": FINISHED}, execution_limit=30.0)
+    assert v.kind == "finding"
+    # a job's own limit counts over the profile's
+    (v,) = run(_overlap(), {"j1": FINISHED}, accepted=[Accepted("j1", 0, limit=5.0)],
+               execution_limit=30.0)  # fmt: skip
+    assert v.kind == "gap"
+
+
+def test_a_run_after_its_first_worker_was_killed_is_no_overlap() -> None:
+    """The first execution never ended: it stopped with the kill of its process."""
+    execs = [ex("a", "j1", "w1", 0, None, pid=101), ex("b", "j1", "w2", 10, 12, "succeeded")]
+    kill = Fault("kill", 5, 9, targets=("w1",))
+    assert run(execs, {"j1": FINISHED}, faults=[kill]) == []
+    # a kill of another process of that worker leaves the execution running: overlap
+    part = Fault("kill", 5, 9, targets=("w1",), part="main", pids=frozenset({100}))
+    (v,) = run(execs, {"j1": FINISHED}, faults=[part])
+    assert v.rule == "handed-out-while-held" and v.kind == "gap"
+
+
+def test_a_skewed_clock_is_taken_back_before_comparing() -> None:
+    """w2's clock reads 100 s ahead: its run at 105-106 by its clock was at 5-6, during
+    a's run; the skew of the second's clock puts it within the promise's model only if
+    the promise tolerates clock-skew (the toy's does not)."""
+    skew = Fault("clock-skew", 0, targets=("w2",), offset=100.0)
+    assert true_time("w2", 105.0, [skew]) == 5.0 and true_time("w1", 105.0, [skew]) == 105.0
+    execs = [ex("a", "j1", "w1", 0, 20, "succeeded"), ex("b", "j1", "w2", 105, 106, "failed")]
+    (v,) = only(run(execs, {"j1": FINISHED}, faults=[skew]), "handed-out-while-held")
+    assert v.kind == "finding" and "clock-skew of w2" in v.message
+    tolerant = dataclasses.replace(
+        AT_LEAST_ONCE, tolerates={"handed-out-while-held": frozenset({"clock-skew"})}
+    )
+    got = run(execs, {"j1": FINISHED}, faults=[skew], promises=(tolerant, DONE_IS_FINAL))
+    (v,) = only(got, "handed-out-while-held")
+    assert v.kind == "gap"
+
+
+# ---- superseded-outcome -------------------------------------------------------------------
+
+
+def test_superseded_outcome_the_stale_executions_success_stands() -> None:
+    """a was superseded by b (b started while a ran); only a's outcome makes the final
+    state, so the library let the superseded execution's outcome stand."""
+    execs = [ex("a", "j1", "w1", 0, 20, "succeeded"), ex("b", "j1", "w2", 10, 12, "failed")]
+    got = run(execs, {"j1": FINISHED}, accepted=[Accepted("j1", 0, retries=0)])
+    (v,) = only(got, "superseded-outcome")
+    assert_names(v, "superseded-outcome", "j1", ["w1", "w2"])
+    assert v.executions == ("a", "b") and v.kind == "finding" and v.promise == AT_LEAST_ONCE
+    assert "a on w1 (pid 100) 0.000-20.000 succeeded superseded by b" in v.message
+
+
+def test_not_superseded_when_the_later_execution_made_the_same_outcome() -> None:
+    execs = [ex("a", "j1", "w1", 0, 20, "succeeded"), ex("b", "j1", "w2", 10, 12, "succeeded")]
+    assert only(run(execs, {"j1": FINISHED}), "superseded-outcome") == []
+    # nor when the final state is the later execution's
+    execs[1] = ex("b", "j1", "w2", 10, 12, "failed")
+    assert only(run(execs, {"j1": FAILED}), "superseded-outcome") == []
+
+
+# ---- stuck --------------------------------------------------------------------------------
+
+
+def test_stuck_running_with_its_worker_dead() -> None:
+    execs = [ex("a", "j1", "w1", 1, None)]
+    kill = Fault("kill", 5, targets=("w1",))
+    drain = Drain(100.0, frozenset({"w2"}))
+    (v,) = run(execs, {"j1": RUNNING}, faults=[kill], drain=drain)
+    assert_names(v, "stuck", "j1", ["w1"])
+    assert v.kind == "finding" and v.causes == ("kill of w1 from 5.000 never undone",)
+    assert "(alive: w2)" in v.message
+
+
+def test_stuck_running_though_no_execution_ever_started() -> None:
+    (v,) = run([], {"j1": RUNNING}, accepted=[Accepted("j1", 0)], drain=Drain(9.0, frozenset()))
+    assert_names(v, "stuck", "j1", [])
+
+
+def test_not_stuck_while_a_live_worker_runs_it() -> None:
+    assert run([ex("a", "j1", "w1", 1, None)], {"j1": RUNNING}) == []
+    # restarted after the kill, but the execution died with the kill: stuck
+    kill = Fault("kill", 5, 6, targets=("w1",))
+    (v,) = run([ex("a", "j1", "w1", 1, None)], {"j1": RUNNING}, faults=[kill])
+    assert v.rule == "stuck"
+
+
+# ---- a correct serial schedule ------------------------------------------------------------
+
+_OUTCOMES = st.sampled_from(["succeeded", "failed", "retry-asked", "held"])
+
+
+@st.composite
+def _serial(draw: st.DrawFn):
+    """Jobs run one execution at a time each (workers interleave across jobs), every
+    execution ending before the next of its job starts, the final state the one its last
+    execution made (a job whose runs all failed is failed for good after its retries)."""
+    n_jobs = draw(st.integers(1, 6))
+    executions: list[Execution] = []
+    accepted: list[Accepted] = []
+    final: dict[str, JobState] = {}
+    for j in range(n_jobs):
+        job = f"j{j}"
+        t = draw(st.floats(0, 50))
+        accepted.append(Accepted(job, t))
+        runs = draw(st.lists(_OUTCOMES, min_size=0, max_size=4))
+        # an outcome that ends the job ends its runs
+        cut = next((i for i, o in enumerate(runs) if o in ("succeeded", "held")), None)
+        if cut is not None:
+            runs = runs[: cut + 1]
+        for i, outcome in enumerate(runs):
+            t += draw(st.floats(1.5, 10))
+            end = t + draw(st.floats(0.01, 5))
+            worker = draw(st.sampled_from(["w1", "w2", "w3"]))
+            executions.append(ex(f"{job}-e{i}", job, worker, t, end, outcome, pid=100 + i))
+            t = end
+        if not runs:
+            final[job] = draw(st.sampled_from([WAITING, GONE, RUNNING]))
+            if final[job] != RUNNING:
+                accepted.pop()  # never acknowledged: nothing owed
+        else:
+            last = runs[-1]
+            final[job] = {"succeeded": FINISHED, "held": HELD}.get(last, FAILED)
+    draw(st.randoms()).shuffle(executions)
+    return executions, accepted, final
+
+
+@settings(max_examples=200, deadline=None)
+@given(history=_serial(), uncertainty=st.sampled_from([0.0, 0.5, 1.0]))
+def test_a_correct_serial_schedule_yields_no_verdict(history, uncertainty: float) -> None:
+    executions, accepted, final = history
+    # a job left running is run by an open execution on a live worker
+    open_runs = [
+        ex(f"{job}-open", job, "w1", 90.0, None) for job, s in final.items() if s == RUNNING
+    ]
+    got = judge([*executions, *open_runs], [], accepted, final, PROMISES,
+                Drain(100.0, frozenset({"w1"})), uncertainty=uncertainty)  # fmt: skip
+    assert got == [], "\n".join(v.message for v in got)
