@@ -680,7 +680,7 @@ def test_f4_a_retry_that_cannot_be_enqueued_is_acked_away(findings_runs):
     assert summary["retries_swallowed"] > 0, "dramatiq logged no swallowed Retries failure"
     _reproduced(
         findings_runs["repro-F4"],
-        r"Redis back \(AOF\): the message is still stored, 1 in q\.msgs",
+        r"Redis's AOF on disk: the message is still stored, 1 in q\.msgs, 1 in the worker's",
         r"the message is now in: nowhere",
     )
 
