@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 from functools import cache
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 
+from rdq_compliance.entry_points import by_name, load_named
 from rdq_compliance.provision.backend import Backend
 from rdq_core.errors import RdqError
 
@@ -23,7 +24,7 @@ class UnknownBackend(RdqError, LookupError):
 
 def installed() -> dict[str, EntryPoint]:
     """The backends registered in this environment, by name."""
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
+    return by_name(GROUP)
 
 
 @cache
@@ -37,22 +38,14 @@ def load_backend(name: str) -> Backend:
             raise UnknownBackend(f"cannot load backend from {name!r}: {exc}") from None
         origin = name
     else:
-        eps = installed()
-        if name not in eps:
-            names = ", ".join(sorted(eps)) or "none"
-            raise UnknownBackend(
-                f"no rdq backend named {name!r}; installed backends: {names}. "
-                f"Install the backend's package (it registers itself under the "
-                f"{GROUP!r} entry point) or pass module.path:attribute."
-            )
-        try:
-            obj = eps[name].load()
-        except ImportError as exc:
-            raise UnknownBackend(
-                f"backend {name!r} is registered but its driver is not installed ({exc}); "
-                f"install it, e.g. pip install 'rdq[{name}]'"
-            ) from None
-        origin = f"entry point {eps[name].value}"
+        obj, origin = load_named(
+            name,
+            group=GROUP,
+            kind="backend",
+            found=installed(),
+            error=UnknownBackend,
+            import_hint=f"its driver is missing: install it, e.g. pip install 'rdq[{name}]'",
+        )
     if isinstance(obj, type) and issubclass(obj, Backend):
         obj = obj()
     if not isinstance(obj, Backend):

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Literal, Protocol, runtime_checkable
 
 from rdq_compliance.deployed.faults import FAULT_KINDS, FaultKind
+from rdq_compliance.entry_points import by_name, load_named
 from rdq_core.errors import RdqError
 
 __all__ = [
@@ -245,7 +246,7 @@ def declaration_problems(system: DeployedSystem, rules: Sequence[str]) -> list[s
 
 def installed() -> dict[str, EntryPoint]:
     """The deployed systems registered in this environment, by name."""
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
+    return by_name(GROUP)
 
 
 def load_system(
@@ -253,24 +254,14 @@ def load_system(
 ) -> DeployedSystem:
     """The system registered as ``name`` under the ``rdq.systems`` entry points (an
     instance, or a class or function that makes one when called with no argument)."""
-    eps = found()
-    if name not in eps:
-        names = ", ".join(sorted(eps)) or "none"
-        raise UnknownSystem(
-            f"no deployed system named {name!r}; installed systems: {names}. Install the "
-            f"system's package (it registers itself under the {GROUP!r} entry point)."
-        )
-    try:
-        obj = eps[name].load()
-    except ImportError as exc:
-        raise UnknownSystem(
-            f"system {name!r} is registered but cannot be imported ({exc})"
-        ) from None
+    obj, origin = load_named(
+        name, group=GROUP, kind="deployed system", found=found(), error=UnknownSystem
+    )
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, DeployedSystem)):
         obj = obj()
     if not isinstance(obj, DeployedSystem):
         raise UnknownSystem(
-            f"entry point {eps[name].value} gives a {type(obj).__name__}, not a deployed system "
+            f"{origin} gives a {type(obj).__name__}, not a deployed system "
             "(rdq_compliance.deployed.system.DeployedSystem)"
         )
     return obj

@@ -37,10 +37,10 @@ def test_a_system_is_loaded_by_its_entry_point() -> None:
 
 def test_an_unknown_name_names_the_installed_systems() -> None:
     found = _found(toy="tests.deployed.toy_system:ToySystem", other="x:y")
-    with pytest.raises(UnknownSystem, match=r"no deployed system named 'nope'; installed "
-                       r"systems: other, toy\..*'rdq\.systems'"):  # fmt: skip
+    with pytest.raises(UnknownSystem, match=r"no rdq deployed system named 'nope'; installed "
+                       r"deployed systems: other, toy\..*'rdq\.systems'"):  # fmt: skip
         load_system("nope", found=found)
-    with pytest.raises(UnknownSystem, match="installed systems: none"):
+    with pytest.raises(UnknownSystem, match="installed deployed systems: none"):
         load_system("nope", found=_found())
 
 
