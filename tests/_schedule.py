@@ -1,5 +1,5 @@
 """The order the kit's own tests run in: the long ones first, longest first, so that
-``pytest -n 3`` does not end with one worker running a four-minute test while the other
+``pytest -n 4`` does not end with one worker running a four-minute test while the other
 idles.
 
 ``tests/durations.json`` holds the seconds each of the slowest tests took in a CI run

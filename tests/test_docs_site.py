@@ -73,7 +73,7 @@ def test_the_readme_is_one_or_two_screens() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, len(lines)
     text = "\n".join(lines)
-    assert "pip install -e '.[dev]'" in text and "pytest -n 3" in text
+    assert "pip install -e '.[dev]'" in text and "pytest -n 4" in text
     assert "docs/img/timeline.png" in text
 
 

@@ -470,7 +470,7 @@ def _env() -> dict[str, str]:
     )
     env["DRAMATIQ_REDIS_URL"] = _with_db(DSN, 11)
     env.pop(_AUDIT_ENV, None)
-    # the kit's own tests run under xdist (`pytest -n 3`): the subprocess's controller
+    # the kit's own tests run under xdist (`pytest -n 4`): the subprocess's controller
     # must not take itself for one of this run's workers
     for name in [k for k in env if k.startswith("PYTEST_XDIST_")]:
         env.pop(name)
@@ -521,7 +521,7 @@ class Run:
 
 class FindingRuns:
     """Each finding's runs (its campaign and reproducer; F1's reproducer and its control),
-    started together on the first request for any of them: under ``pytest -n 3`` the
+    started together on the first request for any of them: under ``pytest -n 4`` the
     findings' tests spread over the workers, and each worker starts only what its tests
     ask for. Each run is a process group, killed whole at the end (a reproducer's own
     redis-server with it)."""
