@@ -25,13 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 from rdq_compliance.deployed.faults import FAULT_KINDS, FaultKind
 from rdq_compliance.entry_points import by_name, load_named
 from rdq_core.errors import RdqError
 
 __all__ = [
+    "BEHAVIOURS",
     "CAUSES",
     "GROUP",
     "Behaviour",
@@ -44,6 +45,7 @@ __all__ = [
     "Part",
     "Profile",
     "Promise",
+    "Role",
     "Setting",
     "UnknownSystem",
     "WorkerLaunch",
@@ -64,6 +66,7 @@ NeutralState = Literal["finished", "failed-for-good", "held", "waiting", "runnin
 #: library for a retry (``retry``), sleep ``seconds`` while the library heartbeats
 #: (``sleep``, then return), ask the library to hold the job (``hold``).
 Behaviour = Literal["succeed", "fail", "retry", "sleep", "hold"]
+BEHAVIOURS: tuple[str, ...] = get_args(Behaviour)
 
 Delivery = Literal["at-least-once", "at-most-once"]
 
@@ -78,14 +81,20 @@ class UnknownSystem(RdqError, LookupError):
     """No deployed system answers to the name given."""
 
 
+#: Where a part's processes are in a worker's process tree: ``leader`` is the process
+#: the harness started (pid = process group); ``descendants`` every process under it.
+Role = Literal["leader", "descendants"]
+
+
 @dataclass(frozen=True)
 class Part:
     """One process of a worker, by the name the nemesis targets (``main``, ``child``),
-    and how many of it a worker runs."""
+    how many of it a worker runs, and where it is in the worker's process tree."""
 
     name: str
     count: int = 1
     what: str = ""  # in words: what this process does
+    role: Role = "leader"
 
 
 @dataclass(frozen=True)
@@ -185,11 +194,29 @@ class DeployedSystem(Protocol):
 
     #: The library's name and pinned version (``"somequeue==1.2.3"``).
     name: str
+    #: The kit backend (``rdq.backends`` entry point) whose server the workers and the
+    #: client use; the harness provisions it through that backend's ladder (a DSN, local
+    #: binaries, a container) and runs the server faults through it.
+    server: str
+    #: What the probe handler can be told to do on this library (:data:`Behaviour`).
+    behaviours: frozenset[str]
     #: The processes one worker is made of.
     parts: tuple[Part, ...]
     promises: tuple[Promise, ...]
     #: ``defaults`` and ``fast``, by name.
     profiles: Mapping[str, Profile]
+
+    def bind(self, dsn: str, namespace: str, workdir: str, profile: str) -> None:
+        """Get ready to run on the server at ``dsn``: the kit ``namespace`` made for this
+        campaign (a schema, a key prefix; a system that cannot live in one says so in its
+        promises and needs a private server), a private ``workdir``, the ``profile``.
+        Installs what the library's docs say to install (a schema). Called once, before
+        any other call but the declarations."""
+        ...
+
+    def close(self) -> None:
+        """Release the client's connections (the workers are the harness's business)."""
+        ...
 
     def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
         """How to start worker ``name`` under ``profile``, its probe journaling to
@@ -220,6 +247,16 @@ def declaration_problems(system: DeployedSystem, rules: Sequence[str]) -> list[s
             out += [f"{system.name}: {p}" for p in profile.problems()]
     if not system.parts:
         out.append(f"{system.name}: a worker is made of no named part")
+    if not getattr(system, "server", ""):
+        out.append(f"{system.name}: names no kit backend whose server it runs on")
+    behaviours = set(getattr(system, "behaviours", ()))
+    unknown = sorted(behaviours - set(BEHAVIOURS))
+    if unknown:
+        out.append(
+            f"{system.name}: unknown handler behaviours {unknown} (known: {list(BEHAVIOURS)})"
+        )
+    if "succeed" not in behaviours:
+        out.append(f"{system.name}: its handler cannot even succeed ('succeed' not in behaviours)")
     ids = [p.id for p in system.promises]
     out += [
         f"{system.name}: promise {i!r} declared twice" for i in sorted(set(ids)) if ids.count(i) > 1

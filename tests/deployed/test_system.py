@@ -68,10 +68,16 @@ def test_what_a_declaration_lacks_is_reported() -> None:
             "defaults": Profile("defaults", (Setting("timeout", "5", "60", "docs"),)),
             "elsewhere": Profile("elsewhere"),
         },
+        server="",
+        behaviours=frozenset({"fail", "dance"}),
     )
     assert declaration_problems(system, RULE_IDS) == [
         "toy==1.0: profile 'defaults' changes timeout (60 -> 5)",
         "toy==1.0: no 'fast' profile",
+        "toy==1.0: names no kit backend whose server it runs on",
+        "toy==1.0: unknown handler behaviours ['dance'] (known: "
+        "['succeed', 'fail', 'retry', 'sleep', 'hold'])",
+        "toy==1.0: its handler cannot even succeed ('succeed' not in behaviours)",
         "toy==1.0: promise 'toy-at-least-once' declared twice",
         "toy==1.0: promise 'toy-at-least-once' lacks the library's words or a link",
         "toy==1.0: promise 'toy-at-least-once' names unknown rule 'no-such-rule'",

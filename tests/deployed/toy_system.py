@@ -44,6 +44,8 @@ DONE_IS_FINAL = Promise(
 @dataclass
 class ToySystem:
     name: str = "toy==1.0"
+    server: str = "memory"
+    behaviours: frozenset[str] = frozenset({"succeed", "fail", "retry", "sleep"})
     parts: tuple[Part, ...] = (Part("main", 1, "fetches"), Part("child", 2, "runs handlers"))
     promises: tuple[Promise, ...] = (AT_LEAST_ONCE, DONE_IS_FINAL)
     profiles: Mapping[str, Profile] = field(
@@ -58,6 +60,12 @@ class ToySystem:
             ),
         }
     )
+
+    def bind(self, dsn: str, namespace: str, workdir: str, profile: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
         return WorkerLaunch(
