@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from rdq_compliance.rules import RULES
 from rdq_core.errors import InvalidArgument
 
-__all__ = ["Entry", "Ledger", "TestRef"]
+__all__ = ["Entry", "Ledger", "TestRef", "close_matches", "test_names"]
 
 
 @dataclass(frozen=True)
@@ -94,15 +94,12 @@ class Ledger:
         of ``tests``' ids (``more_names``: test names known though not collected in this
         run), with the close matches of each."""
         tests = list(tests)
-        names = set(more_names)
-        for t in tests:
-            names.update((t.name, t.function))
+        names = test_names(tests, more_names)
         problems = []
         for entry in self.entries:
             if entry.is_rule or entry.key in names or any(t.matches(entry.key) for t in tests):
                 continue
-            candidates = sorted(names | set(RULES))
-            close = difflib.get_close_matches(entry.key, candidates, n=3, cutoff=0.6)
+            close = close_matches(entry.key, names | set(RULES))
             hint = f"; close matches: {', '.join(close)}" if close else ""
             problems.append(
                 f"{entry.key!r} ({entry.source}) is neither a rule id nor a test of this run{hint}"
@@ -124,3 +121,16 @@ class Ledger:
             if entry.is_rule and entry.key in test.rules:
                 return entry
         return None
+
+
+def test_names(tests: Iterable[TestRef], more_names: Iterable[str] = ()) -> set[str]:
+    """Every name (with and without parameters) of ``tests``, and ``more_names``."""
+    names = set(more_names)
+    for t in tests:
+        names.update((t.name, t.function))
+    return names
+
+
+def close_matches(key: str, candidates: Iterable[str]) -> list[str]:
+    """The up to three ``candidates`` closest to a mistyped ``key``."""
+    return difflib.get_close_matches(key, sorted(candidates), n=3, cutoff=0.6)

@@ -15,6 +15,8 @@ Fixtures for suites and for a backend author's own tests:
 ``rdq_spec``         a fresh, isolated namespace as a picklable ``StorageSpec``
 ``rdq_storage``      a ``Storage`` opened on that namespace
 ``rdq_connect``      a factory opening more ``Storage`` handles on the same namespace
+``rdq_known_upstream`` the known-upstream entries that may cover this test's failures, for
+                   a test that judges them one by one (the chaos campaign's violations)
 
 Markers: ``rdq_requires(*capabilities)`` skips a test (saying why) when the backend
 does not declare a capability; ``rdq_requires_fault(*faults)`` does the same for
@@ -31,6 +33,8 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance import option_check, pytest_report, registry, requirements, rules, settings
+from rdq_compliance.known_upstream import Scope
+from rdq_compliance.ledger import TestRef
 from rdq_compliance.provision.backend import (
     Backend,
     ProvisionUnavailable,
@@ -427,6 +431,20 @@ def rdq_connect(rdq_session: Session, rdq_spec: StorageSpec) -> Iterator[Callabl
 @pytest.fixture
 def rdq_storage(rdq_connect: Callable[[], Storage]) -> Storage:
     return rdq_connect()
+
+
+@pytest.fixture
+def rdq_known_upstream(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Scope:
+    """The known-upstream entries whose scope holds this test
+    (:class:`~rdq_compliance.known_upstream.Scope`). A test that asks for it judges its
+    failures itself (:meth:`Scope.judge <rdq_compliance.known_upstream.Scope.judge>`),
+    records the judgement (``rdq.known-upstream``), fails on what no entry covers and
+    reports the rest as known upstream (``pytest.xfail``), never as a pass."""
+    reporter = pytestconfig.stash.get(pytest_report.KEY, None)
+    if reporter is None:
+        name = request.node.name
+        return Scope(TestRef(request.node.nodeid, name, name.partition("[")[0]))
+    return reporter.scope_for(request.node)
 
 
 @pytest.fixture(scope="session")

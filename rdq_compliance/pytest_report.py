@@ -8,6 +8,13 @@ The plugin registers one :class:`Reporting` per run (when a backend is selected)
 - applies the expected-failure ledger: a covered test gets a strict ``xfail`` whose
   reason is the entry's, and one that fails under another rule than its entry's is
   reported as a failure;
+- applies the known-upstream entries (:mod:`rdq_compliance.known_upstream`): a failure
+  one covers is reported as an expected failure whose reason says ``known upstream, still
+  present: owner/name#N (title)``, each entry's judgement of the test goes in
+  ``rdq.known-upstream``, and a test an entry names that ran without a covered failure
+  fails, saying the entry no longer reproduces; a test that judges its failures one by
+  one (the chaos campaign, through the ``rdq_known_upstream`` fixture: :meth:`Reporting.
+  scope_for`) records its judgement itself;
 - puts the rule each failure violated in ``rdq.rule`` (one property per rule: the ids the
   failure message names as ``[id]``, else the rules the test declares);
 - sends the provisioned server's description to the summary on one report per process,
@@ -28,6 +35,7 @@ from pathlib import Path
 import pytest
 
 import rdq_compliance.suite
+from rdq_compliance import known_upstream as ku
 from rdq_compliance import rules
 from rdq_compliance import run_summary as s
 from rdq_compliance.ledger import Entry, Ledger, TestRef
@@ -40,15 +48,25 @@ __all__ = ["KEY", "Reporting"]
 SUITE_DIR = Path(rdq_compliance.suite.__file__).resolve().parent
 _ENTRY = pytest.StashKey[Entry]()
 _RULES = pytest.StashKey[tuple[str, ...]]()
+_SCOPE = pytest.StashKey[ku.Scope]()
+_JUDGED = pytest.StashKey[bool]()
 _XPASS_STRICT = "[XPASS(strict)]"
+_GONE = "known upstream "
 
 
 class Reporting:
     """The run's reporting plugin (see the module docstring)."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        settings: Settings,
+        ledger: Ledger,
+        upstream: tuple[ku.KnownUpstream, ...] = (),
+    ) -> None:
         self.config = config
         self.ledger = ledger
+        self.upstream = upstream
         self.summary = s.Summary(str(settings.backend), describe(settings))
         self._server: str | None = None
         self._server_sent = False
@@ -57,19 +75,24 @@ class Reporting:
 
     @classmethod
     def for_run(cls, config: pytest.Config, settings: Settings, backend: object) -> Reporting:
-        """The plugin for a run of ``backend`` (whose ``expected_failures`` come first,
-        then the pyproject tables')."""
+        """The plugin for a run of ``backend`` (whose ``expected_failures`` and
+        ``known_upstream`` come first, then the pyproject tables')."""
         sources = [
             (f"backend {settings.backend!r}", dict(getattr(backend, "expected_failures", {})))
         ]
         if settings.expected_failures:
             where = settings.sources.get("expected-failures", "pyproject.toml")
             sources.append((where, dict(settings.expected_failures)))
+        declared = [
+            (f"backend {settings.backend!r}", tuple(getattr(backend, "known_upstream", ()) or ())),
+            *settings.known_upstream,
+        ]
         try:
             ledger = Ledger.from_sources(sources)
+            upstream = tuple(e for where, d in declared for e in ku.entries_from(where, d))
         except InvalidArgument as exc:
             raise pytest.UsageError(f"rdq: {exc}") from None
-        return cls(config, settings, ledger)
+        return cls(config, settings, ledger, upstream)
 
     def swept(self, line: str) -> None:
         """What the sweep of the server given by DSN did before the session's server was
@@ -109,23 +132,43 @@ class Reporting:
                     pytest.mark.xfail(reason=entry.describe(), strict=not entry.is_rule)
                 )
                 item.user_properties.append((s.PROP_EXPECTED, f"{entry.reason} [{entry.key}]"))
+            scope = ku.Scope.of(ref, self.upstream)
+            if scope:
+                item.stash[_SCOPE] = scope
         # An xdist worker leaves the check to the controller (a usage error raised in a
         # worker's collection would reach the user as an xdist crash, its message lost).
-        if self.ledger and not hasattr(self.config, "workerinput"):
+        if not hasattr(self.config, "workerinput"):
             try:
-                self.ledger.check(refs, more_names=_suite_test_names())
+                self._check(refs)
             except InvalidArgument as exc:
                 raise pytest.UsageError(f"rdq: {exc}") from None
+
+    def _check(self, refs: list[TestRef]) -> None:
+        if self.ledger:
+            self.ledger.check(refs, more_names=_suite_test_names())
+        if self.upstream:
+            ku.check(self.upstream, refs, more_names=_suite_test_names())
+
+    def scope_for(self, item: pytest.Item) -> ku.Scope:
+        """The known-upstream entries that may cover failures of ``item``, for a test that
+        judges its failures itself (:meth:`ku.Scope.judge`) and records the judgement's
+        :meth:`~ku.Judgement.records` as ``rdq.known-upstream`` properties: its failure is
+        then left as the test raised it, and only an entry that named it and saw nothing
+        is applied here."""
+        item.stash[_JUDGED] = True
+        function = getattr(item, "originalname", item.name)
+        ref = TestRef(item.nodeid, item.name, function, item.stash.get(_RULES, ()))
+        return item.stash.get(_SCOPE, ku.Scope(ref))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
         """On the xdist controller, check the ledger against what a worker collected."""
-        if not self.ledger or self._ledger_checked:
+        if not (self.ledger or self.upstream) or self._ledger_checked:
             return
         self._ledger_checked = True
         refs = [_ref_of_nodeid(nodeid) for nodeid in ids]
         try:
-            self.ledger.check(refs, more_names=_suite_test_names())
+            self._check(refs)
         except InvalidArgument as exc:
             pytest.exit(f"rdq: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
@@ -157,7 +200,10 @@ class Reporting:
                         "reported as a failure",
                     )
                 )
-        if report.failed and not _strict_xpass(report):
+        scope = item.stash.get(_SCOPE, None)
+        if scope is not None and report.when == "call":
+            self._known_upstream(item, report, scope, named)
+        if report.failed and not _ledger_verdict(report):
             # A set-up or tear-down error is not a verdict on the rules the test checks
             # (a server that went away, a bad option, a broken fixture): it is tagged with
             # a rule only when its own message names one.
@@ -166,6 +212,45 @@ class Reporting:
                 item.user_properties.append((s.PROP_RULE, rule))
                 report.user_properties.append((s.PROP_RULE, rule))
         return report
+
+    def _known_upstream(
+        self, item: pytest.Item, report: pytest.TestReport, scope: ku.Scope, named: tuple[str, ...]
+    ) -> None:
+        """Apply the known-upstream entries in ``scope`` to ``item``'s call report."""
+        if report.skipped and not hasattr(report, "wasxfail"):
+            return  # skipped while running: nothing was judged
+        if item.stash.get(_JUDGED, False):
+            records = [json.loads(v) for k, v in report.user_properties if k == s.PROP_UPSTREAM]
+        else:
+            failing = report.skipped or (report.failed and not _strict_xpass(report))
+            crash = _crash_text(report) if failing else ""
+            judgement = scope.judge([ku.Failure(named, crash)] if failing else [])
+            for record in judgement.records():
+                report.user_properties.append((s.PROP_UPSTREAM, record))
+            records = [json.loads(r) for r in judgement.records()]
+            if judgement.covered:
+                entry = judgement.covered[0]
+                first = crash.strip().splitlines()[0] if crash.strip() else ""
+                report.outcome = "skipped"
+                report.wasxfail = entry.still_present() + (f"; it failed: {first}" if first else "")
+        gone = [
+            ku.Stale(r["issue"], r["source"], f"{item.name} ran without it").line()
+            for r in records
+            if r["state"] == ku.STATE_GONE
+        ]
+        if not gone:
+            return
+        if report.failed:
+            report.sections.append(("rdq known-upstream ledger", "\n".join(gone)))
+            return
+        reason = getattr(report, "wasxfail", "")
+        if hasattr(report, "wasxfail"):
+            del report.wasxfail
+        report.outcome = "failed"
+        folders = [
+            f"report folder: {v}" for k, v in report.user_properties if k == s.PROP_CHAOS_REPORT
+        ]
+        report.longrepr = "\n".join([*gone, *folders] + ([f"and: {reason}"] if reason else []))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_report_teststatus(
@@ -191,10 +276,12 @@ class Reporting:
         """A rule entry none of whose tests failed any more is stale: the run fails (the
         ledger must never hide a fix). Decided where every report arrives (the xdist
         controller, or the only process); the summary names the entry."""
-        if hasattr(self.config, "workerinput") or not self.ledger:
+        if hasattr(self.config, "workerinput") or not (self.ledger or self.upstream):
             return
         rule_keys = [e.key for e in self.ledger.entries if e.is_rule]
-        if self.summary.stale_rule_entries(rule_keys) and session.exitstatus == 0:
+        stale = self.summary.stale_rule_entries(rule_keys)
+        gone = self.summary.stale_upstream()
+        if (stale or gone) and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -248,6 +335,17 @@ def _strict_xpass(report: pytest.TestReport) -> bool:
     return isinstance(report.longrepr, str) and report.longrepr.startswith(_XPASS_STRICT)
 
 
+def _upstream_gone(report: pytest.TestReport) -> bool:
+    """A test that passed, failed because a known-upstream entry that names it saw
+    nothing (see :meth:`Reporting._known_upstream`)."""
+    return isinstance(report.longrepr, str) and report.longrepr.startswith(_GONE)
+
+
+def _ledger_verdict(report: pytest.TestReport) -> bool:
+    """A failure that is the ledger's verdict on a passing test, no rule's."""
+    return _strict_xpass(report) or _upstream_gone(report)
+
+
 def _rule_label(declared: str, shown: int = 2) -> str:
     ids = [r.strip() for r in declared.split(",")]
     more = len(ids) - shown
@@ -285,6 +383,7 @@ def _outcome(report: pytest.TestReport) -> s.Outcome:
         category=category,
         reason=reason,
         strict_xpass=_strict_xpass(report),
+        upstream_gone=_upstream_gone(report),
         properties=tuple((str(k), str(v)) for k, v in report.user_properties),
     )
 

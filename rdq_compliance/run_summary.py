@@ -9,6 +9,8 @@ from the reports the workers sent: everything it needs travels in
   suite (conformance, stateful, chaos, and the user's own tests);
 - violations by rule, naming the tests;
 - the expected failures of the ledger and every strict entry whose test passed;
+- every failure a known-upstream entry covers (``known upstream, still present: ...``)
+  and every such entry that no longer reproduces;
 - every skip, grouped by reason (nothing is skipped silently);
 - the faults the chaos campaign injected and where its report folder is.
 
@@ -23,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rdq_compliance import known_upstream as ku
 from rdq_compliance.chaos.faults.display import summary_words
 from rdq_compliance.rules import CONTRACT
 
@@ -39,6 +42,7 @@ MAX_LINES = 25
 PROP_RULES = "rdq.rules"  # the rules a test declares it checks
 PROP_RULE = "rdq.rule"  # a rule a failure violated (one property per rule)
 PROP_EXPECTED = "rdq.expected-failure"  # the ledger entry covering the test
+PROP_UPSTREAM = "rdq.known-upstream"  # a known-upstream entry's judgement of the test (JSON)
 PROP_FAULTS = "rdq.faults"  # the chaos campaign's fault counters (JSON)
 PROP_CHAOS_REPORT = "rdq.chaos-report"  # the chaos campaign's report folder
 PROP_NOT_EXERCISED = "rdq.not-exercised"  # checker rules the campaign did not exercise (JSON)
@@ -57,6 +61,8 @@ class Outcome:
     reason: str = ""
     strict_xpass: bool = False
     properties: tuple[tuple[str, str], ...] = ()
+    #: a passing test failed because a known-upstream entry naming it saw nothing
+    upstream_gone: bool = False
 
     def values(self, name: str) -> list[str]:
         return [v for k, v in self.properties if k == name]
@@ -70,6 +76,18 @@ class _Test:
     strict_xpass: bool = False
     violated: list[str] = field(default_factory=list)
     expected: str = ""
+    upstream: list[dict[str, object]] = field(default_factory=list)
+    upstream_gone: bool = False
+
+    @property
+    def ledger_verdict(self) -> bool:
+        """Failed because the ledger says so (an entry's test passed), not a rule."""
+        return self.strict_xpass or self.upstream_gone
+
+    def still_present(self) -> list[dict[str, object]]:
+        """The known-upstream records of failures an entry covered (the test reported as
+        known upstream, or failed by what no entry covers beside them)."""
+        return [r for r in self.upstream if r.get("state") == ku.STATE_PRESENT]
 
 
 _RANK = {None: 0, "passed": 1, "xpassed": 1, "skipped": 2, "xfailed": 2, "failed": 3, "error": 4}
@@ -87,6 +105,7 @@ class Summary:
         self._chaos_reports: list[str] = []
         self._not_exercised: list[str] = []
         self._stale: dict[str, int] = {}
+        self._gone: list[ku.Stale] = []
 
     # ---- gathering ----------------------------------------------------------------------
 
@@ -98,11 +117,15 @@ class Summary:
             test.category = outcome.category
             test.reason = outcome.reason
             test.strict_xpass = outcome.strict_xpass
+            test.upstream_gone = outcome.upstream_gone
         for rule in outcome.values(PROP_RULE):
             if rule not in test.violated:
                 test.violated.append(rule)
         for reason in outcome.values(PROP_EXPECTED):
             test.expected = reason
+        records = [json.loads(raw) for raw in outcome.values(PROP_UPSTREAM)]
+        if records:
+            test.upstream = records
         for raw in outcome.values(PROP_SERVER):
             server = json.loads(raw)
             if server not in self._servers:
@@ -137,7 +160,7 @@ class Summary:
         tear-down is counted only when its error named a rule (see :meth:`errors`)."""
         out: dict[str, list[str]] = {}
         for nodeid, test in self._tests.items():
-            if test.strict_xpass or test.category not in ("failed", "error"):
+            if test.ledger_verdict or test.category not in ("failed", "error"):
                 continue
             if test.category == "error" and not test.violated:
                 continue
@@ -151,7 +174,7 @@ class Summary:
         return [
             nodeid
             for nodeid, test in self._tests.items()
-            if test.category == "error" and not test.violated and not test.strict_xpass
+            if test.category == "error" and not test.violated and not test.ledger_verdict
         ]
 
     # ---- rendering ----------------------------------------------------------------------
@@ -205,8 +228,10 @@ class Summary:
         found = self.violations()
         errors = self.errors()
         unjudged = (
-            [f"  not judged: {len(errors)} tests errored in set-up or tear-down, no rule "
-             f"checked ({_names(errors)})"]
+            [
+                f"  not judged: {len(errors)} tests errored in set-up or tear-down, no rule "
+                f"checked ({_names(errors)})"
+            ]
             if errors
             else []
         )
@@ -235,13 +260,40 @@ class Summary:
         }
         return self._stale
 
+    def stale_upstream(self) -> list[ku.Stale]:
+        """Known-upstream entries whose behaviour this run did not see (see
+        :func:`rdq_compliance.known_upstream.stale`). Remembered for the summary."""
+        self._gone = ku.stale(
+            (nodeid.rpartition("::")[2], record)
+            for nodeid, test in self._tests.items()
+            for record in test.upstream
+        )
+        return self._gone
+
     def _ledger(self) -> tuple[list[str], str]:
-        xfailed = [(n, t) for n, t in self._tests.items() if t.category == "xfailed"]
+        known = [(n, t) for n, t in self._tests.items() if t.still_present()]
+        xfailed = [
+            (n, t)
+            for n, t in self._tests.items()
+            if t.category == "xfailed" and not t.still_present()
+        ]
         fixed = [(n, t) for n, t in self._tests.items() if t.strict_xpass]
         stale = self._stale
-        if not xfailed and not fixed and not stale:
+        if not xfailed and not fixed and not stale and not known and not self._gone:
             return [], ""
         lines = []
+        if known:
+            lines.append(f"  known upstream (failures, not passes): {len(known)}")
+            for nodeid, test in known:
+                for r in test.still_present():
+                    n = int(str(r.get("count", 1)))
+                    times = f" ({n} violations)" if n > 1 else ""
+                    lines.append(
+                        f"    {_short(nodeid)}: known upstream, still present: {r['issue']} "
+                        f"({r['title']}){times}"
+                    )
+        for gone in self._gone:
+            lines.append(f"  {gone.line()}")
         if xfailed:
             lines.append(f"  expected failures (ledger): {len(xfailed)}")
             for nodeid, test in xfailed:

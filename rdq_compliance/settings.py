@@ -16,7 +16,9 @@ backend options    ``--rdq-option KEY=VALUE``   ``RDQ_OPTION_<KEY>``        ``[t
 
 ``[tool.rdq.expected-failures]`` and ``[tool.rdq.<backend>.expected-failures]`` map a rule
 id or a test id to the reason it is a known gap (see :mod:`rdq_compliance.ledger`); the
-backend's table adds to the shared one.
+backend's table adds to the shared one. ``[[tool.rdq.known-upstream]]`` and
+``[[tool.rdq.<backend>.known-upstream]]`` are arrays of tables, each a behaviour a public
+issue tracks (see :mod:`rdq_compliance.known_upstream`, which checks them).
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ SOURCES: tuple[tuple[str, str, str, str], ...] = (
         "none",
         "`[tool.rdq.expected-failures]`, `[tool.rdq.<backend>.expected-failures]`",
     ),
+    (
+        "behaviours a public issue tracks (the ledger)",
+        "none",
+        "none",
+        "`[[tool.rdq.known-upstream]]`, `[[tool.rdq.<backend>.known-upstream]]`",
+    ),
 )
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -85,6 +93,10 @@ class Settings:
     #: ``[tool.rdq.expected-failures]`` (and the backend's own table): rule or test id ->
     #: reason; ``sources["expected-failures"]`` says which file and tables.
     expected_failures: Mapping[str, str] = field(default_factory=dict)
+    #: ``[[tool.rdq.known-upstream]]`` then ``[[tool.rdq.<backend>.known-upstream]]``: per
+    #: array, where it is and its tables as written (checked by
+    #: :func:`rdq_compliance.known_upstream.entries_from`).
+    known_upstream: tuple[tuple[str, tuple[object, ...]], ...] = ()
     #: where each of ``options`` was set: ``"--rdq-option"`` (``"--option"`` for
     #: ``rdq-chaos``), ``"RDQ_OPTION_<KEY>"`` or
     #: ``"[tool.rdq.<backend>] in /path/pyproject.toml"``
@@ -187,7 +199,7 @@ def resolve(
     option_sources: dict[str, str] = {}
     in_sub = f"[tool.rdq.{backend}] in {rootpath / 'pyproject.toml'}"
     for k, v in sub.items():
-        if k != "dsn" and not isinstance(v, dict):
+        if k not in ("dsn", "known-upstream") and not isinstance(v, dict):
             options[str(k)] = str(v)
             option_sources[str(k)] = in_sub
     for key, value in environ.items():
@@ -208,6 +220,14 @@ def resolve(
             tables.append(where)
     if tables:
         sources["expected-failures"] = f"{' and '.join(tables)} in {rootpath / 'pyproject.toml'}"
+    upstream = tuple(
+        _upstream_array(where, rootpath, container["known-upstream"])
+        for where, container in (
+            ("[[tool.rdq.known-upstream]]", table),
+            (f"[[tool.rdq.{backend}.known-upstream]]", sub),
+        )
+        if "known-upstream" in container
+    )
     return Settings(
         backend=backend,
         dsn=dsn,
@@ -216,8 +236,21 @@ def resolve(
         options=options,
         sources=sources,
         expected_failures=expected,
+        known_upstream=upstream,
         option_sources=option_sources,
     )
+
+
+def _upstream_array(where: str, rootpath: Path, value: object) -> tuple[str, tuple[object, ...]]:
+    """A known-upstream array of tables, as written (its entries are checked later)."""
+    path = rootpath / "pyproject.toml"
+    if not isinstance(value, list):
+        raise InvalidArgument(
+            f"{path}: {where} must be an array of tables, each entry under its own "
+            f'{where} header with repository = "owner/name", number = N, title = "..." and '
+            "tests = [...] or rules = [...]"
+        )
+    return f"{where} in {path}", tuple(value)
 
 
 def _ledger_table(where: str, rootpath: Path, value: object) -> dict[str, str]:
@@ -225,7 +258,7 @@ def _ledger_table(where: str, rootpath: Path, value: object) -> dict[str, str]:
     path = rootpath / "pyproject.toml"
     if not isinstance(value, dict):
         raise InvalidArgument(
-            f"{path}: {where} must be a table of id = \"reason\", e.g. "
+            f'{path}: {where} must be a table of id = "reason", e.g. '
             f"'claim-order' = \"ties are ordered by id, not due time\""
         )
     out = {}

@@ -14,6 +14,7 @@ from rdq_compliance.chaos.checker import Violation
 from rdq_compliance.chaos.coverage import Coverage, Requirement
 from rdq_compliance.chaos.nemesis import Counters, FaultPlan
 from rdq_compliance.chaos.scenario import Scenario
+from rdq_compliance.known_upstream import Judgement, KnownUpstream
 from rdq_core.model import QueueStats
 
 __all__ = ["CampaignResult", "Progress", "ProgressFn", "replay_command"]
@@ -80,12 +81,45 @@ class CampaignResult:
     not_exercised: list[str] = field(default_factory=list)
     #: What the faults that happened promised to exercise and did not (the run fails).
     unmet: list[Requirement] = field(default_factory=list)
+    #: The known-upstream entries' judgement of the violations (``None``: none applied,
+    #: as under ``rdq-chaos run``): a covered violation is reported marked, never passed.
+    upstream: Judgement | None = None
 
     @property
     def ok(self) -> bool:
-        """No violation found, no checker failure, and every fault exercised what it is
-        there for."""
+        """No violation found (a known-upstream one included), no checker failure, and
+        every fault exercised what it is there for."""
         return not self.violations and self.checker_error is None and not self.unmet
+
+    def known(self, index: int) -> KnownUpstream | None:
+        """The known-upstream entry that covers ``violations[index]``, if one does."""
+        return None if self.upstream is None else self.upstream.covered.get(index)
+
+    def uncovered(self) -> list[Violation]:
+        """The violations no known-upstream entry covers: those that fail the run."""
+        return [v for i, v in enumerate(self.violations) if self.known(i) is None]
+
+    def known_upstream_lines(self) -> list[str]:
+        """One line per entry that covered violations (``known upstream, still present:
+        owner/name#N (title): ...``, naming the rules and tasks without brackets, so that
+        a failure message names only the rules of the violations that fail it), then one
+        per entry that named the campaign and covered none (it no longer reproduces)."""
+        if self.upstream is None:
+            return []
+        lines = []
+        for entry in self.upstream.present():
+            found = [self.violations[i] for i, e in self.upstream.covered.items() if e is entry]
+            rules_seen = sorted({v.rule for v in found})
+            tasks = [repr(v.task) for v in found if v.task is not None]
+            shown = ", ".join(tasks[:5]) + (f", +{len(tasks) - 5}" if len(tasks) > 5 else "")
+            lines.append(
+                f"{entry.still_present()}: {len(found)} violation(s) of rule "
+                f"{', '.join(rules_seen)}"
+                + (f" (tasks {shown})" if tasks else "")
+                + f" <{entry.url}>"
+            )
+        lines += [entry.gone() for entry in self.upstream.gone()]
+        return lines
 
     def unmet_messages(self) -> list[str]:
         """Each unmet requirement as a failure line naming its rule."""

@@ -53,6 +53,7 @@ from rdq_compliance.chaos.nemesis import Counters, Nemesis, plan_faults
 from rdq_compliance.chaos.report import write_report
 from rdq_compliance.chaos.scenario import Scenario
 from rdq_compliance.chaos.worker_main import WorkerConfig
+from rdq_compliance.known_upstream import Failure, Scope
 from rdq_compliance.provision.backend import Server, StorageSpec
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
@@ -198,11 +199,14 @@ def run_campaign(
     progress: ProgressFn | None = None,
     command: str | None = None,
     fleet_hosts: FleetHosts | None = None,
+    upstream: Scope | None = None,
 ) -> CampaignResult:
     """Run ``scenario`` on the started ``session``'s server (in a fresh namespace); write
     the report to ``outdir``; the result. With ``fleet_hosts`` the workers run on those
     hosts over SSH (:mod:`rdq_compliance.chaos.remote_fleet`), else on this machine
-    (:func:`~rdq_compliance.chaos.campaign_setup.open_launcher`)."""
+    (:func:`~rdq_compliance.chaos.campaign_setup.open_launcher`). With ``upstream`` (the
+    known-upstream entries that cover the campaign's test) each violation is judged, and
+    the report marks those an entry covers."""
     outdir = Path(outdir)
     history_dir = outdir / "history"
     history_dir.mkdir(parents=True, exist_ok=True)
@@ -262,6 +266,8 @@ def run_campaign(
     events = read_history(history_dir.glob("*.jsonl"))
     result.violations, result.checker_error = run_checker(events, final)
     result.checked = result.checker_error is None
+    if upstream:
+        result.upstream = upstream.judge([Failure((v.rule,), v.message) for v in result.violations])
     measure_coverage(result, events)
     result.check_time = time.monotonic() - d0 - result.drain_time
     result.tasks = {

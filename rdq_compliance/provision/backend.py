@@ -22,11 +22,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from rdq_compliance.provision.options import RungOptions
 from rdq_core.errors import RdqError
 from rdq_core.spi import Storage
+
+if TYPE_CHECKING:
+    from rdq_compliance.known_upstream import KnownUpstream
 
 
 class ProvisionUnavailable(RdqError):
@@ -253,6 +257,11 @@ class Backend(ABC):
     #: the run (strict). ``[tool.rdq.expected-failures]`` adds entries (see
     #: :mod:`rdq_compliance.ledger`).
     expected_failures: Mapping[str, str] = MappingProxyType({})
+    #: Behaviours of the library a public issue tracks, each a
+    #: :class:`~rdq_compliance.known_upstream.KnownUpstream` naming the issue and what it
+    #: covers: reported as known upstream while present, failing the run once gone.
+    #: ``[[tool.rdq.known-upstream]]`` adds entries.
+    known_upstream: Sequence[KnownUpstream] = ()
 
     def neighbour_queues(self, count: int) -> Sequence[str] | None:
         """At least ``count`` queue names this backend stores side by side (one shard,

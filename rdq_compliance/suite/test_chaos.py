@@ -15,6 +15,11 @@ slow to drain the standard one); ``--rdq-chaos-scenario`` picks another (a file,
 built-in name such as ``soak``); ``--rdq-chaos-seed`` replays a run;
 ``--rdq-chaos-fleet hosts.toml`` runs its workers on other hosts over SSH. The report folder
 of the run is kept in pytest's temporary directory and printed on failure.
+
+A violation a known-upstream entry covers (``contract.md#7-the-ledger``) is judged one by
+one: it stays in the report folder and in the message, marked ``known upstream, still
+present: owner/name#N (title)``; the campaign fails on the others, and when every one is
+covered it is reported as an expected failure, never a pass.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from rdq_compliance.chaos.scenario import load_scenario
 pytestmark = [pytest.mark.chaos, pytest.mark.rdq_requires("multi_process")]
 
 
-def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_factory, request):
+def test_chaos_campaign_finds_no_violation(
+    rdq_session, pytestconfig, tmp_path_factory, request, rdq_known_upstream
+):
     """Rules of the chaos checker (every id of ``rdq_compliance.chaos.checker.RULES``):
     every checker rule holds over a whole campaign with real faults. Every failure
     names the report folder; the fault counters and the folder are recorded for the
@@ -53,7 +60,11 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
         fleet_hosts = load_fleet(Path(fleet))
     try:
         result = run_campaign(
-            scenario, session=rdq_session, outdir=outdir, fleet_hosts=fleet_hosts
+            scenario,
+            session=rdq_session,
+            outdir=outdir,
+            fleet_hosts=fleet_hosts,
+            upstream=rdq_known_upstream,
         )
     except Exception as exc:
         rule = getattr(exc, "rule", None)
@@ -67,12 +78,18 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
         request.node.user_properties.append(
             (run_summary.PROP_NOT_EXERCISED, json.dumps(list(dict.fromkeys(not_exercised))))
         )
+    if result.upstream is not None:
+        for record in result.upstream.records():
+            request.node.user_properties.append((run_summary.PROP_UPSTREAM, record))
     where = f"report folder: {outdir} (replay with seed {result.seed})"
+    known = result.known_upstream_lines()
     assert result.checker_error is None, f"the checker failed: {result.checker_error}; {where}"
     assert result.checked, f"the history was not checked; {where}"
-    assert not result.violations, (
-        f"{len(result.violations)} violation(s) of {_by_rule(result.violations)}; {where}\n\n"
-        + "\n\n".join(str(v) for v in result.violations[:10])
+    failing = result.uncovered()
+    assert not failing, (
+        f"{len(failing)} violation(s) of {_by_rule(failing)}; {where}\n\n"
+        + "\n\n".join(str(v) for v in failing[:10])
+        + "".join(f"\n\n{line}" for line in known)
     )
     assert not result.unmet, (
         f"the faults did not exercise what they are there for; {where}\n"
@@ -82,6 +99,8 @@ def test_chaos_campaign_finds_no_violation(rdq_session, pytestconfig, tmp_path_f
     assert result.workers_left == [], (
         f"worker processes left running: {result.workers_left}; {where}"
     )
+    if result.upstream is not None and result.upstream.covered:
+        pytest.xfail("; ".join(known) + f"; {where}")
 
 
 def _by_rule(violations: list) -> str:

@@ -20,7 +20,7 @@ def coverage_section(summary: dict[str, Any]) -> str:
     verdicts = summary.get("rules") or {}
     rule_rows = "".join(
         f"<tr><td>{html.escape(rule)}</td>"
-        f"<td class='{_CLASS.get(state, 'pass')}'>{html.escape(state)}</td></tr>"
+        f"<td class='{_class(state)}'>{html.escape(state)}</td></tr>"
         for rule, state in verdicts.items()
     )
     unmet = "".join(f"<li>{html.escape(m)}</li>" for m in summary.get("unmet_messages") or [])
@@ -44,6 +44,16 @@ def coverage_section(summary: dict[str, Any]) -> str:
         "every window it overlaps; <i>all</i> counts each call once).</p>"
         f"<table><tr><th>operation</th>{head}</tr>{body}</table>"
     )
+
+
+def _class(state: str) -> str:
+    """A verdict's colour: a rule violated (also beside known-upstream violations) fails;
+    one whose every violation is known upstream warns, never passes."""
+    if state.startswith("violated"):
+        return "fail"
+    if state.startswith("known upstream"):
+        return "warn"
+    return _CLASS.get(state, "pass")
 
 
 def _cell(counts: dict[str, int]) -> str:

@@ -14,13 +14,19 @@ from rdq_compliance.chaos.checker import FinalState
 from rdq_compliance.chaos.events import Event
 from rdq_compliance.chaos.report.html import render_timeline
 from rdq_compliance.chaos.report.junit import render_junit
+from rdq_compliance.known_upstream import STATE_NOT_SEEN, STATE_PRESENT
 from rdq_core.model import Task, micros_from_utc
 
-__all__ = ["results_data", "rule_verdicts", "write_report"]
+__all__ = ["known_upstream_data", "marked", "results_data", "rule_verdicts", "write_report"]
 
 
 def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> dict[str, Any]:
+    """``results.json``'s content. A violation a known-upstream entry covers carries
+    ``known_upstream`` (the issue, its URL and title, and the mark ``known upstream, still
+    present: owner/name#N (title)``); the verdict is ``known-upstream`` when every
+    violation is so covered and nothing else failed, never ``pass``."""
     sc = result.scenario
+    failing = [v for v in violations if "known_upstream" not in v]
     return {
         "scenario": sc.name,
         "scenario_file": str(sc.source) if sc.source else None,
@@ -29,16 +35,19 @@ def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> di
         "server": result.server_origin,
         "verdict": (
             "violations"
-            if violations
+            if failing
             else "checker-error"
             if result.checker_error
             else "not-exercised"
             if result.unmet
+            else "known-upstream"
+            if violations
             else "pass"
         ),
         "checked": result.checked,
         "checker_error": result.checker_error,
         "violations": violations,
+        "known_upstream": known_upstream_data(result),
         "duration_s": round(result.duration, 3),
         "enqueue_s": round(result.enqueue_time, 3),
         "fault_phase_s": round(result.fault_phase, 3),
@@ -66,20 +75,61 @@ def results_data(result: CampaignResult, violations: list[dict[str, Any]]) -> di
 
 def rule_verdicts(result: CampaignResult, violations: list[dict[str, Any]]) -> dict[str, str]:
     """Each checker rule's verdict: ``violated``, ``not exercised (required)`` (a fault
-    that happened promised calls it judges, and none came), ``not exercised`` (it saw
-    none of the calls it judges) or ``passed``."""
-    broken = {str(v.get("rule")) for v in violations}
+    that happened promised calls it judges, and none came), ``known upstream, still
+    present: owner/name#N (title)`` (every violation of it is one a known-upstream entry
+    covers; after ``violated; `` when only some are), ``not exercised`` (it saw none of
+    the calls it judges) or ``passed``."""
+    broken = {str(v.get("rule")) for v in violations if "known_upstream" not in v}
+    known: dict[str, list[str]] = {}
+    for v in violations:
+        if "known_upstream" in v and v["known_upstream"]["mark"] not in known.get(v["rule"], []):
+            known.setdefault(str(v["rule"]), []).append(v["known_upstream"]["mark"])
     required = {r.rule for r in result.unmet}
     out: dict[str, str] = {}
     for rule in CHECKER_RULES:
         if rule in broken:
-            out[rule] = "violated"
+            out[rule] = "; ".join(["violated", *known.get(rule, [])])
+        elif rule in known:
+            out[rule] = "; ".join(known[rule])
         elif rule in required:
             out[rule] = "not exercised (required)"
         elif rule in result.not_exercised:
             out[rule] = "not exercised"
         else:
             out[rule] = "passed"
+    return out
+
+
+def known_upstream_data(result: CampaignResult) -> list[dict[str, Any]]:
+    """Each known-upstream entry that covers the campaign's test: the issue, its state
+    (``still present``, ``gone``: it named the campaign and covered nothing, ``not
+    seen``: an entry by rules that covered nothing here) and what the report says."""
+    if result.upstream is None:
+        return []
+    out = []
+    for entry in result.upstream.scope.entries:
+        state = result.upstream.state(entry)
+        said = entry.still_present() if state == STATE_PRESENT else entry.gone()
+        out.append(
+            {
+                **entry.as_json(),
+                "state": state,
+                "violations": result.upstream.count(entry),
+                "says": said if state != STATE_NOT_SEEN else "no violation it covers here",
+            }
+        )
+    return out
+
+
+def marked(result: CampaignResult) -> list[dict[str, Any]]:
+    """The violations as JSON, each a known-upstream entry covers with its mark."""
+    out = []
+    for i, v in enumerate(result.violations):
+        data = v.as_json()
+        entry = result.known(i)
+        if entry is not None:
+            data["known_upstream"] = {**entry.as_json(), "mark": entry.still_present()}
+        out.append(data)
     return out
 
 
@@ -118,7 +168,7 @@ def write_report(
     """Write the report files into ``result.outdir``; their paths by name."""
     out = result.outdir
     out.mkdir(parents=True, exist_ok=True)
-    violations = [v.as_json() for v in result.violations]
+    violations = marked(result)
     summary = results_data(result, violations)
     files = {
         "history": out / "history",

@@ -1,8 +1,10 @@
 """The timeline page of a campaign (``timeline.html``): one self-contained HTML file
 (inline SVG and CSS, no script needed).
 
-The verdict and the run's counts (a row per fault family's count), the violations, the
-notes, then the timeline (:mod:`rdq_compliance.chaos.report.timeline`): a lane per
+The verdict and the run's counts (a row per fault family's count), the violations (one
+a known-upstream entry covers marked ``known upstream, still present: owner/name#N
+(title)`` and linked to its issue), the known-upstream entries, the notes, then the
+timeline (:mod:`rdq_compliance.chaos.report.timeline`): a lane per
 worker process, a bar per claim from the claim to its outcome report (or to the
 process's death, or to the lease given up), coloured by how it ended; each fault drawn
 as its family's :class:`~rdq_compliance.chaos.faults.family.Style` says (a band across
@@ -19,6 +21,7 @@ import html
 import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from xml.sax.saxutils import quoteattr
 
 from rdq_compliance.chaos.events import Event
 from rdq_compliance.chaos.faults.combined import Families
@@ -282,13 +285,14 @@ def render_timeline(
             f"<td>{html.escape(str(v.get(k, '')))}</td>"
             for k in ("rule", "task", "workers", "message")
         )
+        + _known_cell(v)
         + f"<td><pre>{html.escape(json.dumps(v.get('excerpt'), indent=1, default=str))}"
         "</pre></td></tr>"
         for v in violations
     )
     vtable = (
         "<h2>Violations</h2><table><tr><th>rule</th><th>task</th><th>workers</th>"
-        f"<th>message</th><th>excerpt</th></tr>{vrows}</table>"
+        f"<th>message</th><th>known upstream</th><th>excerpt</th></tr>{vrows}</table>"
         if violations
         else "<h2>Violations</h2><p>none found</p>"
     )
@@ -305,7 +309,8 @@ def render_timeline(
         f"<h1>rdq chaos — {html.escape(str(summary.get('scenario')))} on "
         f"{html.escape(str(summary.get('backend')))}: "
         f"<span class='{cls}'>{html.escape(verdict)}</span></h1>"
-        f"<table>{rows}</table>{vtable}{coverage_section(summary)}{notes_html}"
+        f"<table>{rows}</table>{vtable}{_upstream_list(summary)}{coverage_section(summary)}"
+        f"{notes_html}"
         f"<h2>Timeline</h2><div class='legend'>{legend}</div>"
         "<p>One lane per worker process; one bar per claim, from the claim to its outcome "
         "report (or the process's death, or the lease given up). Hover for details.</p>"
@@ -314,6 +319,31 @@ def render_timeline(
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{total_h}'>"
         f"{''.join(svg)}</svg></div></div></body></html>\n"
     )
+
+
+def _known_cell(violation: dict[str, Any]) -> str:
+    """A violation's known-upstream mark, linked to the issue (empty: it fails the run)."""
+    known = violation.get("known_upstream")
+    if not known:
+        return "<td></td>"
+    return (
+        f"<td class='warn'><a href={quoteattr(str(known['url']))}>"
+        f"{html.escape(str(known['mark']))}</a></td>"
+    )
+
+
+def _upstream_list(summary: dict[str, Any]) -> str:
+    """The known-upstream entries that covered the campaign, each with what it says."""
+    entries = summary.get("known_upstream") or []
+    if not entries:
+        return ""
+    items = "".join(
+        f"<li><a href={quoteattr(str(e['url']))}>{html.escape(str(e['issue']))}</a> "
+        f"({html.escape(str(e['title']))}): {html.escape(str(e['says']))}; "
+        f"{int(e['violations'])} violation(s)</li>"
+        for e in entries
+    )
+    return f"<h2>Known upstream</h2><ul>{items}</ul>"
 
 
 def _fleet_row(summary: dict[str, Any]) -> list[tuple[str, str]]:

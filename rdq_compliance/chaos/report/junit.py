@@ -1,7 +1,10 @@
 """``junit.xml`` of a campaign: one testcase per checker rule (the rule's violations as
 its failure; skipped when the campaign made none of the calls it judges, failed when a
-fault that happened required them), or one failed ``checker`` case if the checker
-raised."""
+fault that happened required them; when a known-upstream entry covers every violation
+of the rule, skipped as ``known-upstream`` with the mark ``known upstream, still present:
+owner/name#N (title)`` and the violations), or one failed ``checker`` case if the checker
+raised; and one failed case per known-upstream entry that named the campaign and covered
+none of its violations (``known upstream owner/name#N no longer reproduces: ...``)."""
 
 from __future__ import annotations
 
@@ -49,10 +52,20 @@ def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> st
                     '<skipped message="not exercised: the campaign made none of the calls '
                     'this rule judges"/></testcase>'
                 )
+            elif found and all("known_upstream" in v for v in found):
+                text = "\n".join(json.dumps(v, default=str) for v in found)
+                marks = "; ".join(dict.fromkeys(v["known_upstream"]["mark"] for v in found))
+                cases.append(
+                    f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}>"
+                    f'<skipped type="known-upstream" message={quoteattr(marks)}>'
+                    f"{html.escape(text)}</skipped></testcase>"
+                )
             elif found:
                 failures += 1
                 text = "\n".join(json.dumps(v, default=str) for v in found)
-                first = str(found[0].get("message", rule))
+                first = str(
+                    next(v for v in found if "known_upstream" not in v).get("message", rule)
+                )
                 cases.append(
                     f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}>"
                     f"<failure message={quoteattr(first)}>{html.escape(text)}</failure>"
@@ -60,6 +73,13 @@ def render_junit(result: CampaignResult, violations: list[dict[str, Any]]) -> st
                 )
             else:
                 cases.append(f"<testcase classname={quoteattr(suite)} name={quoteattr(rule)}/>")
+    for entry in result.upstream.gone() if result.upstream is not None else []:
+        failures += 1
+        name = quoteattr(f"known upstream {entry.ref}")
+        cases.append(
+            f"<testcase classname={quoteattr(suite)} name={name}>"
+            f"<failure message={quoteattr(entry.gone())}/></testcase>"
+        )
     skipped = sum("<skipped" in c for c in cases)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n'
