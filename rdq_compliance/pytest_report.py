@@ -225,7 +225,8 @@ class Reporting:
             failing = report.skipped or (report.failed and not _strict_xpass(report))
             crash = _crash_text(report) if failing else ""
             judgement = scope.judge([ku.Failure(named, crash)] if failing else [])
-            for record in judgement.records():
+            for record in judgement.records():  # the teardown report carries it to JUnit
+                item.user_properties.append((s.PROP_UPSTREAM, record))
                 report.user_properties.append((s.PROP_UPSTREAM, record))
             records = [json.loads(r) for r in judgement.records()]
             if judgement.covered:
