@@ -225,10 +225,11 @@ class Reporting:
             failing = report.skipped or (report.failed and not _strict_xpass(report))
             crash = _crash_text(report) if failing else ""
             judgement = scope.judge([ku.Failure(named, crash)] if failing else [])
-            for record in judgement.records():  # the teardown report carries it to JUnit
+            said = judgement.records()
+            for record in said:  # the item's: the teardown report carries it to JUnit
                 item.user_properties.append((s.PROP_UPSTREAM, record))
                 report.user_properties.append((s.PROP_UPSTREAM, record))
-            records = [json.loads(r) for r in judgement.records()]
+            records = [json.loads(r) for r in said]
             if judgement.covered:
                 entry = judgement.covered[0]
                 first = crash.strip().splitlines()[0] if crash.strip() else ""
