@@ -35,8 +35,7 @@ LIMIT_IGNORED = "--rdq-backend=tests.broken.memory:limit_ignored"
 CHAOS = "test_chaos_campaign_finds_no_violation"
 STILL = "known upstream, still present: acme/store#42 (claims ignore the limit)"
 GONE = (
-    "known upstream acme/store#42 no longer reproduces: remove the entry (the fix may have "
-    "landed)"
+    "known upstream acme/store#42 no longer reproduces: remove the entry (the fix may have landed)"
 )
 
 REF = TestRef(
@@ -100,7 +99,7 @@ def test_an_entry_names_its_issue_by_repository_and_number() -> None:
         ({"title": "x" * 101}, ["title is 101 characters over 1 line(s): write one line of at"]),
         ({"tests": [], "rules": []}, ["it covers nothing: name the tests whose failure it covers"]),
         ({"pattern": "lost"}, ["it covers nothing", "(a pattern only narrows them)"]),
-        ({"tests": "test_x"}, ['tests \'test_x\': write a list of ids (tests = ["test_x"])']),
+        ({"tests": "test_x"}, ["tests 'test_x': write a list of ids (tests = [\"test_x\"])"]),
         ({"rules": ["no-los"]}, ["rule 'no-los' is not a rule id", "close matches: no-loss"]),
         ({"rules": ["no-loss"], "pattern": "a("}, ["pattern 'a(' is not a regular expression"]),
         ({"rule": ["no-loss"]}, ["unknown key(s) 'rule': an entry's keys are repository, number"]),
@@ -176,9 +175,9 @@ def test_the_run_finds_gone_entries_by_test_and_by_rule() -> None:
     by_rule = _entry(rules=["claim-limit", "claim-complete"])
     other = TestRef("t.py::test_z", "test_z", "test_z", ("claim-limit",))
     limit = ku.Failure(("claim-limit",), "[claim-limit]")
-    run = [
-        ("test_x[a]", r) for r in records(ku.Scope.of(REF, [by_rule]), [limit])
-    ] + [("test_z", r) for r in records(ku.Scope.of(other, [by_rule]), [])]
+    run = [("test_x[a]", r) for r in records(ku.Scope.of(REF, [by_rule]), [limit])] + [
+        ("test_z", r) for r in records(ku.Scope.of(other, [by_rule]), [])
+    ]
     stale = ku.stale(run)
     # claim-limit failed as covered in test_x; claim-complete (declared by test_x) never did
     assert [s.where for s in stale] == [
