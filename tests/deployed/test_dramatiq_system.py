@@ -225,14 +225,14 @@ def test_two_workers_run_every_behaviour_and_a_killed_worker_process_s_message_c
         killed_at = time.time()
         os.kill(pid, signal.SIGKILL)
         last_heartbeat = redis_client.zscore(heartbeats, holder) / 1000.0
+        # dramatiq still counts the message as fetched by the dead process's broker
+        assert system.final_states([key])[key].words == held.words
         # the whole CLI goes: its parent stops the other worker process and exits 1
         assert workers[victim].wait(HANG_S) == 1
         assert workers[victim].pids() == []
         assert not [p for p in doomed if Path(f"/proc/{p}").exists()]
         log = (tmp_path / f"{victim}.log").read_text()
         assert f"Worker with PID {pid} exited unexpectedly (code -9). Shutting down..." in log
-        # meanwhile dramatiq still counts the message as fetched by the dead broker
-        assert system.final_states([key])[key].words == held.words
         wait_for(
             "the killed message finished elsewhere",
             lambda: system.final_states([key])[key].state == "finished",
@@ -268,6 +268,41 @@ def test_two_workers_run_every_behaviour_and_a_killed_worker_process_s_message_c
         for w in workers.values():
             w.kill()
             w.stop()
+        system.close()
+        redis_client.close()
+        server.drop_namespace(namespace)
+
+
+def test_a_sigkilled_parent_leaves_its_worker_processes_working(
+    server: Server, tmp_path: Path
+) -> None:
+    """The part ``main`` SIGKILLed: the CLI's worker processes are orphaned and go on
+    fetching and running messages (upstream Bogdanp/dramatiq#788)."""
+    namespace = server.create_namespace()
+    system = DramatiqSystem()
+    system.bind(server.dsn, namespace, str(tmp_path), "fast")
+    redis_client = redis.Redis.from_url(server.dsn)
+    probe = tmp_path / "w1.probe"
+    launch = system.worker("w1", "fast", str(probe))
+    worker = ManagedProcess(
+        launch.argv, log_path=tmp_path / "w1.log", env={**os.environ, **launch.env}, cwd=tmp_path
+    ).start()
+    try:
+        heartbeats = f"rdq:{{{namespace}:__heartbeats__"
+        wait_for("2 worker processes' heartbeats", lambda: redis_client.zcard(heartbeats) >= 2)
+        children = set(worker.pids()) - {worker.pid}
+        assert len(children) == 2
+        os.kill(worker.pid, signal.SIGKILL)
+        assert worker.wait(HANG_S) == -signal.SIGKILL
+        assert set(worker.pids()) == children  # orphaned, still under the kit's watchdog
+        job = system.enqueue([JobSpec("after")])["after"]
+        wait_for("the job run", lambda: system.final_states([job])[job].state == "finished")
+        [run] = _journal([probe])[job]
+        assert run.pid in children and run.outcome == "succeeded"
+    finally:
+        worker.kill()
+        assert worker.pids() == []
+        worker.stop()
         system.close()
         redis_client.close()
         server.drop_namespace(namespace)

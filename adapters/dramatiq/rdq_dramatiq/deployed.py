@@ -8,7 +8,8 @@ A worker is ``dramatiq rdq_dramatiq.deployed_jobs:setup_broker`` (the app:
 (its own heartbeat and ack sets), two consumer threads and ``--threads`` worker threads.
 When one worker process dies the parent stops the others and exits with code 1
 (changelog 1.4.0: "Dramatiq now shuts itself down if any of the workers die
-unexpectedly"; upstream Bogdanp/dramatiq#505).
+unexpectedly"; upstream Bogdanp/dramatiq#505). When the parent is SIGKILLed its worker
+processes run on, orphaned (upstream Bogdanp/dramatiq#788).
 
 The campaign lives under the kit namespace's key prefix (``RedisBroker(namespace=...)``,
 advanced, "Multi-tenancy"), and every connection is named ``rdq:<namespace>`` so the
@@ -280,7 +281,7 @@ class DramatiqSystem:
     behaviours = frozenset({"succeed", "sleep", "fail", "retry"})
     parts = (
         Part("main", 1, "the dramatiq CLI's parent: forks the worker processes, stops them "
-             "all and exits when one dies", "leader"),
+             "all and exits when one dies; SIGKILLed, it leaves them running", "leader"),
         Part("worker", CPUS, "a worker process (the defaults' --processes): its own "
              "RedisBroker, consumer threads and worker threads", "descendants"),
     )  # fmt: skip
