@@ -215,7 +215,8 @@ def _fast() -> tuple[Setting, ...]:
 
 
 #: 1.x has no ``retry_timer``: one ``heartbeat_timeout`` per worker, stale-job re-pick always
-#: on (RELEASE.md, v1.0.0 item 16); heartbeats are queued every T/2 and written every T/8.
+#: on (https://github.com/janbjorge/pgqueuer/blob/v1.6.0/RELEASE.md#L458-L464); heartbeats
+#: are queued every T/2 and written every T/8.
 #: A dead worker's job is re-picked once its heartbeat is older than heartbeat_timeout, by
 #: a dequeue that comes at the latest dequeue_timeout later ("QueueManager re-polls after
 #: dequeue_timeout even without a NOTIFY", guides/performance-tuning.md#L113-L122).
