@@ -36,6 +36,16 @@ plus 1 s (rq's registry scores are whole seconds, ``rq/registry.py#L339-L355``).
 killed between registering an execution and its horse starting it needs both, one after
 the other. ``execution_limit`` is the job timeout (``Queue.DEFAULT_TIMEOUT`` = 180 s,
 ``rq/queue.py#L109``): past it the horse is interrupted and the job failed.
+
+**Known upstream** (rq's tracker, not this kit's findings): the window between a dequeue
+and the job's registration is not atomic (https://github.com/rq/rq/issues/1716,
+https://github.com/rq/rq/issues/2236, https://github.com/rq/rq/issues/381, all open); a
+worker on one queue, as here, dequeues into the intermediate list, from which the job is
+failed after a minute. Finished jobs later marked abandoned
+(https://github.com/rq/rq/issues/2289, https://github.com/rq/rq/issues/2290,
+https://github.com/rq/rq/issues/2424) are fixed in 3.0 by
+https://github.com/rq/rq/pull/2466. One job run by two workers at once was reported
+without a cause found (https://github.com/rq/rq/issues/1854, closed).
 """
 
 from __future__ import annotations
