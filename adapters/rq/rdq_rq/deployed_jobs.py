@@ -6,28 +6,17 @@ job from rq's :func:`rq.get_current_job` and hands :func:`perform` the job's id,
 behaviour and seconds the harness put in the job's arguments, and the attempt number as
 rq counts its retries. rq's documented way for a handler to ask for a retry is to
 *return* a :class:`rq.Retry` ("Asking RQ to Retry",
-https://github.com/rq/rq/blob/v3.0.0/docs/docs/results.md#asking-rq-to-retry); ``perform``
-takes a retry request that raises, so the request raised here is turned back into that
-return value, and rq sees exactly what a job returning ``Retry(max=retries)`` gives it.
+https://github.com/rq/rq/blob/v3.0.0/docs/docs/results.md#asking-rq-to-retry): ``perform``
+returns what the retry request returns, and the job returns it.
 """
 
 from __future__ import annotations
-
-from typing import NoReturn
 
 from rq import Retry, get_current_job
 
 from rdq_compliance.deployed.handler import perform
 
 __all__ = ["attempt_of", "probe"]
-
-
-class _RetryAsked(Exception):
-    """Carries the :class:`rq.Retry` the job returns out of :func:`perform`."""
-
-    def __init__(self, retry: Retry) -> None:
-        super().__init__("the probe asks rq for a retry")
-        self.retry = retry
 
 
 def attempt_of(number_of_retries: int | None, retries_left: int | None, retries: int) -> int:
@@ -48,12 +37,6 @@ def probe(behaviour: str, seconds: float, retries: int) -> Retry | None:
     if job is None:
         raise RuntimeError("rdq_rq.deployed_jobs.probe runs only as an rq job (no current job)")
 
-    def ask() -> NoReturn:
-        raise _RetryAsked(Retry(max=retries))
-
     attempt = attempt_of(job.number_of_retries, job.retries_left, retries)
-    try:
-        perform(job.id, behaviour, seconds, attempt=attempt, retry=ask)
-    except _RetryAsked as asked:
-        return asked.retry
-    return None
+    asked = perform(job.id, behaviour, seconds, attempt=attempt, retry=lambda: Retry(max=retries))
+    return asked if isinstance(asked, Retry) else None
