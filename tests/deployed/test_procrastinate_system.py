@@ -10,10 +10,12 @@ declaration, then its own workers on a real PostgreSQL.
   documented stalled-jobs recipe, once the dead worker's heartbeat is older than the
   profile's threshold, and runs again (attempt 1) on the other worker
   (https://procrastinate.readthedocs.io/en/3.10.0/howto/production/retry_stalled_jobs.html).
+- A defer the server did not take (a private PostgreSQL killed) is left out of the
+  answer, as not acknowledged; any other error of procrastinate's client is raised.
 
 Needs the PostgreSQL at ``RDQ_POSTGRES_DSN`` (default
-``postgresql://postgres@127.0.0.1:5432/test``); without it these tests skip, except under
-``CI=true``, where that is a failure.
+``postgresql://postgres@127.0.0.1:5432/test``), and PostgreSQL's binaries for the private
+server; without them these tests skip, except under ``CI=true``, where that is a failure.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from procrastinate.exceptions import ConnectorException
 from rdq_procrastinate.deployed import DOCS, PROFILES, ProcrastinateSystem
 
 from rdq_compliance.deployed import verdicts
@@ -85,7 +88,8 @@ class Campaign:
         """A query in the campaign's schema (what procrastinate's workers see)."""
         options = f"-c search_path={self.namespace}"
         with psycopg.connect(PG_DSN, options=options, autocommit=True) as conn:
-            return conn.execute(query, args).fetchall()  # type: ignore[arg-type]
+            cursor = conn.execute(query, args)  # type: ignore[arg-type]
+            return cursor.fetchall() if cursor.description else []
 
     def final(self, ids: dict[str, str]) -> dict[str, JobState]:
         return dict(self.system.final_states(list(ids.values())))
@@ -282,3 +286,40 @@ def test_a_killed_workers_job_stays_doing_until_the_stalled_jobs_recipe(
     drain = verdicts.Drain(time.time(), frozenset({survivor}))
     found = verdicts.judge(c.executions(), [kill], accepted, final, c.system.promises, drain)
     assert [v.message for v in found] == []
+
+
+def test_an_error_other_than_an_unreachable_server_is_raised(campaign: Campaign) -> None:
+    c = campaign
+    c.system.bind(c.server.dsn, c.namespace, str(c.workdir), "fast")
+    c.sql("DROP FUNCTION procrastinate_defer_jobs_v1")
+    with pytest.raises(ConnectorException) as raised:
+        c.system.enqueue([JobSpec("a")])
+    assert isinstance(raised.value.__cause__, psycopg.errors.UndefinedFunction)
+
+
+def test_defers_a_dead_server_did_not_take_are_left_out(tmp_path: Path) -> None:
+    """On a private PostgreSQL the kit starts (its local rung) and kills: the defer waits
+    for the client's pool (psycopg_pool's 30 s), that job and the rest are not
+    acknowledged, and the client defers again once the server is back."""
+    from rdq_compliance.provision.backend import ProvisionUnavailable
+
+    try:
+        server = load_backend("postgres").provision(
+            ProvisionRequest(workdir=tmp_path, allow_docker=False)
+        )
+    except ProvisionUnavailable as exc:
+        missing(f"no local PostgreSQL binaries for a server the test may kill: {exc}")
+    system = ProcrastinateSystem()
+    try:
+        system.bind(server.dsn, server.create_namespace(), str(tmp_path), "fast")
+        assert list(system.enqueue([JobSpec("before")])) == ["before"]
+        server.kill()
+        assert system.enqueue([JobSpec("a"), JobSpec("b")]) == {}
+        server.restart()
+        taken = wait_for("a defer taken again", lambda: system.enqueue([JobSpec("after")]))
+        assert list(taken) == ["after"]
+        keys = [j.task_kwargs["key"] for j in system._open_client().job_manager.list_jobs()]
+        assert sorted(keys) == ["after", "before"]
+    finally:
+        system.close()
+        server.close()

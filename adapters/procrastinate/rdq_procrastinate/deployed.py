@@ -9,7 +9,7 @@
   PostgreSQL schema, put on the search path by the connection's ``options``
   (``-c search_path=<namespace>``), as the docs' "Set the database PG schema" page says.
   Every connection of a worker carries ``application_name`` ``rdq:<namespace>`` (what the
-  postgres server's ``cut_connections`` ends); the client's ``rdq:<namespace>:client``.
+  postgres server's ``cut_connections`` ends); the client's ``rdq-client:<namespace>``.
 - **Client**: an :class:`procrastinate.App` on a ``PsycopgConnector`` used synchronously
   (procrastinate then opens its ``SyncPsycopgConnector``): ``configure_task(name=...,
   schedule_in=...).defer(...)`` returns the job id the probe journals;
@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import procrastinate
+import psycopg
+from procrastinate.exceptions import ConnectorException
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rdq_postgres.connection import default_application_name
 from rdq_postgres.schema import schema_name
@@ -251,7 +253,7 @@ class ProcrastinateSystem:
             cwd=self._workdir,
             env={**os.environ, DSN_ENV: self._worker_dsn},
         )
-        client_dsn = _conninfo(dsn, schema, f"{default_application_name(schema)}:client")
+        client_dsn = _conninfo(dsn, schema, f"rdq-client:{schema}")
         self._client = procrastinate.App(
             connector=procrastinate.PsycopgConnector(conninfo=client_dsn)
         )
@@ -275,8 +277,10 @@ class ProcrastinateSystem:
         return WorkerLaunch(tuple(argv), env, str(self._workdir))
 
     def enqueue(self, jobs: Sequence[JobSpec]) -> Mapping[str, str]:
-        """Defer each job with procrastinate's client, in order; a defer that raises ends the
-        call with procrastinate's exception."""
+        """Defer each job with procrastinate's client, in order. Once the server is out of
+        reach (procrastinate's ``ConnectorException`` from a psycopg ``OperationalError``,
+        a pool timeout among them) that job and the rest are not acknowledged: left out of
+        the answer. Any other error is raised."""
         client = self._open_client()
         unknown = sorted({j.behaviour for j in jobs} - self.behaviours)
         if unknown:
@@ -288,9 +292,14 @@ class ProcrastinateSystem:
         for job in jobs:
             options = {"schedule_in": {"seconds": job.delay}} if job.delay > 0 else {}
             deferrer = client.configure_task(name=PROBE_TASK, **options)  # type: ignore[arg-type]
-            job_id = deferrer.defer(
-                key=job.key, behaviour=job.behaviour, seconds=job.seconds, retries=job.retries
-            )
+            try:
+                job_id = deferrer.defer(
+                    key=job.key, behaviour=job.behaviour, seconds=job.seconds, retries=job.retries
+                )
+            except ConnectorException as exc:
+                if isinstance(exc.__cause__, psycopg.OperationalError):
+                    break
+                raise
             out[job.key] = str(job_id)
         return out
 
