@@ -28,8 +28,8 @@ duration = "4s"
 [workers]
 count = 2
 concurrency = 2
-lease = "1s"
-heartbeat_fraction = 0.3
+lease = "{lease}"
+heartbeat_fraction = {fraction}
 poll_interval = "20ms"
 max_poll_interval = "100ms"
 
@@ -52,10 +52,12 @@ drift = [0.95, 1.05]
 deadline = "30s"
 drain_timeout = "20s"
 """
-#: Every handler returns within 50 ms, long before a heartbeat (at 0.3 of the lease).
-SHORT = 'ok = { weight = 100, duration = ["10ms", "50ms"] }'
-#: Each handler runs past two heartbeats, and reports after.
-LONG = 'ok = { weight = 100, duration = ["0.7s", "0.9s"] }'
+#: Every handler returns within 50 ms; a task's first heartbeat is due 3.6 s after its
+#: claim (a 4 s lease, beats at 0.9 of it): 70 times the handler's time, so no handler
+#: outlives it however busy the machine.
+SHORT = ('ok = { weight = 100, duration = ["10ms", "50ms"] }', "4s", 0.9)
+#: Each handler runs past two heartbeats (a 1 s lease, beats at 0.3 of it), and reports after.
+LONG = ('ok = { weight = 100, duration = ["0.7s", "0.9s"] }', "1s", 0.3)
 
 
 @pytest.fixture
@@ -69,9 +71,10 @@ def sqlite_session(tmp_path: Path):
         shutil.rmtree(tmp_path / "server", ignore_errors=True)
 
 
-def _run(session, tmp_path: Path, name: str, handlers: str):
+def _run(session, tmp_path: Path, name: str, handlers: tuple[str, str, float]):
+    body, lease, fraction = handlers
     path = tmp_path / f"{name}.toml"
-    path.write_text(SCENARIO.format(name=name, handlers=handlers))
+    path.write_text(SCENARIO.format(name=name, handlers=body, lease=lease, fraction=fraction))
     return run_campaign(load_scenario(str(path)), session=session, outdir=tmp_path / name)
 
 
@@ -114,7 +117,8 @@ def test_the_same_skew_with_long_handlers_is_exercised_and_passes(
 def test_the_cli_exits_1_and_prints_the_rule_it_did_not_exercise(tmp_path: Path):
     need_libfaketime()
     path = tmp_path / "starved.toml"
-    path.write_text(SCENARIO.format(name="starved", handlers=SHORT))
+    body, lease, fraction = SHORT
+    path.write_text(SCENARIO.format(name="starved", handlers=body, lease=lease, fraction=fraction))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDQ_")}
     env["COLUMNS"] = "300"
     run = subprocess.run(
