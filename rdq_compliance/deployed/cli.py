@@ -130,11 +130,17 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     console.print(f"  final states: {counts['final state']}", highlight=False, markup=False)
     console.print(f"  drain: {result.drain_ended_by}", highlight=False, markup=False)
     for e in result.nemesis.errors:
-        console.print(f"  fault error: {e.message}", style="red", highlight=False, markup=False)
+        console.print(
+            f"  fault error: {e.message}",
+            style="red",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     if result.error:
         console.print(f"  error: {result.error}", style="red", highlight=False, markup=False)
     for v in result.findings[:10]:
-        console.print(f"  {v.message}", style="red", highlight=False, markup=False)
+        console.print(f"  {v.message}", style="red", highlight=False, markup=False, soft_wrap=True)
 
 
 def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
@@ -159,6 +165,7 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         console.print(
             f"[bold]{system.name}[/]: {scenario.name}, profile {profile.name}, seed {seed}",
             highlight=False,
+            soft_wrap=True,
         )
 
         def say(line: str) -> None:
@@ -177,7 +184,13 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         findings += len(result.findings)
         gaps += len(result.gaps)
         style = "red" if result.findings else "green"
-        console.print(_line(n, args.campaigns, result), style=style, highlight=False, markup=False)
+        console.print(
+            _line(n, args.campaigns, result),
+            style=style,
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
         if result.findings:
             status = EXIT_FINDING
         elif (result.nemesis.errors or result.error) and status == EXIT_OK:

@@ -341,7 +341,8 @@ class Plan:
         out = [
             f"scenario {s.name}, seed {self.seed}, profile {self.profile}: "
             f"{len(self.workers)} workers ({', '.join(self.workers)})",
-            f"jobs: {len(self.jobs)} ({counts}); {delayed} delayed up to {s.max_delay:g} s",
+            f"jobs: {len(self.jobs)} ({counts}); {delayed} delayed"
+            + (f" up to {s.max_delay:g} s" if delayed else ""),
         ]
         out += [f"  {b.count} {b.behaviour} -> succeed: {b.reason}" for b in self.substituted]
         out += [f"  {n}" for n in self.notes]

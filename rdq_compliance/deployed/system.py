@@ -245,7 +245,7 @@ class DeployedSystem(Protocol):
 
 #: A page of this repository's docs as a promise's link: ``docs/<page>.md#<anchor>`` (the
 #: kit's own control system quotes its contract).
-_REPO_DOC = re.compile(r"docs/[\w./-]+\.md(#[\w-]+)?")
+_REPO_DOC = re.compile(r"docs/(?:[\w-]+/)*[\w-]+\.md(?:#[\w-]+)?")
 
 
 def link_problem(link: str) -> str | None:
