@@ -52,7 +52,12 @@ from rdq_compliance.deployed.system import (
     declaration_problems,
     load_system,
 )
-from rdq_compliance.provision.backend import ProvisionRequest, ProvisionUnavailable, Server
+from rdq_compliance.provision.backend import (
+    FAULTS,
+    ProvisionRequest,
+    ProvisionUnavailable,
+    Server,
+)
 from rdq_core.errors import RdqError
 from rdq_core.masking import mask_dsn
 
@@ -236,6 +241,13 @@ def run_campaign(
     """Run one campaign of ``scenario`` with ``seed`` on ``system`` under ``profile``,
     write its report folder ``out`` and return what it found. ``say`` is told each
     phase and the plan's lines."""
+    problems = declaration_problems(system, [r.id for r in verdicts.RULES])
+    if problems:
+        raise CampaignError(f"{system.name} declares itself incompletely: " + "; ".join(problems))
+    try:  # a scenario that cannot be planned even on a server that takes every fault
+        make_plan(scenario, seed, system=system, profile=profile, server_faults=FAULTS)
+    except ScenarioError as exc:
+        raise CampaignError(str(exc)) from None
     stop = stop or threading.Event()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -196,7 +196,7 @@ class Nemesis:
         self.result.done.append(Done(f.planned, fault, f.late, f.took, f.detail))
 
     def _error(self, planned: PlannedFault, message: str) -> None:
-        text = f"{planned.kind} at +{planned.at:g} s ({planned.describe().split('  ', 1)[1]}): "
+        text = f"{planned.kind} at +{planned.at:g} s ({planned.what()}): "
         self.result.errors.append(FaultError(planned, self.clock(), text + message))
 
     # ---- the faults ----------------------------------------------------------------

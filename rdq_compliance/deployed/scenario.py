@@ -276,8 +276,9 @@ class PlannedFault:
     part: str | None = None
     pick: float = 0.0
 
-    def describe(self) -> str:
-        what = {
+    def what(self) -> str:
+        """What is done, in words."""
+        return {
             "kill": f"SIGKILL worker {self.worker} (restarted {self.lasts:g} s after it exits)",
             "pause": f"SIGSTOP worker {self.worker} for {self.lasts:g} s",
             "part-kill": f"SIGKILL one {self.part} process of worker {self.worker}",
@@ -285,7 +286,10 @@ class PlannedFault:
             "server-freeze": f"SIGSTOP the server for {self.lasts:g} s",
             "cut": "cut the namespace's connections to the server",
         }[self.kind]
-        return f"+{self.at:7.3f} s  {what}"
+
+    def describe(self) -> str:
+        """When and what, as the plan prints it."""
+        return f"+{self.at:7.3f} s  {self.what()}"
 
 
 @dataclass(frozen=True)
