@@ -1,5 +1,6 @@
 """The deployed nemesis and the fleet it acts on, on real process trees: a part kill
-SIGKILLs one process of the part found by role; a whole-worker kill and pause act on
+SIGKILLs one process of the part found by role (killing the leader ends the worker,
+whose remnants the supervisor stops); a whole-worker kill and pause act on
 every process of the tree; a killed worker is started again by the supervisor and the
 kill's span ends then; a worker that exits on its own is restarted under its name, its
 exit recorded; a fault that finds nothing to act on is an error, never a silent no-op."""
@@ -90,6 +91,22 @@ def test_a_worker_that_exits_on_its_own_is_restarted_under_its_name(
     assert sorted(exit_.remnants) == sorted(c.pid for c in children)  # stopped after it
     assert exit_.restarted is not None and exit_.restarted - exit_.at >= 1.0
     assert fleet.slots["w2"].incarnation == 2 and fleet.live() == {"w1", "w2"}
+
+
+def test_a_kill_of_the_leader_part_ends_the_worker(fleet: Fleet) -> None:
+    tree = sorted(fleet.slots["w1"].process.pids())  # type: ignore[union-attr]
+    leader = fleet.slots["w1"].process.pid  # type: ignore[union-attr]
+    plan = [PlannedFault("part-kill", 0.0, worker="w1", part="main", pick=0.5)]
+    nemesis = Nemesis(plan, fleet, _NoServer(), "ns", TreeSystem(Path()).parts)  # type: ignore[arg-type]
+    (done,) = nemesis.run(time.time(), 0.5).done
+    # its pid, and with it the worker's tree, which the supervisor stops before it
+    # starts the worker again
+    (exit_,) = fleet.exits
+    assert exit_.cause == "killed by the nemesis (its leader part)" and exit_.code == -9
+    assert done.fault.part == "main" and done.fault.pids == frozenset(tree)
+    assert sorted(exit_.remnants) == sorted(set(tree) - {leader})
+    assert done.detail.startswith(f"pid {leader} of 1 main process(es)")
+    assert done.fault.end == exit_.restarted and fleet.slots["w1"].incarnation == 2
 
 
 def test_a_fault_that_finds_nothing_is_an_error(tmp_path: Path) -> None:
