@@ -40,9 +40,10 @@ from rdq_compliance import registry
 from rdq_compliance.deployed import report, verdicts
 from rdq_compliance.deployed.fleet import Fleet, WorkerFailed
 from rdq_compliance.deployed.nemesis import Nemesis
+from rdq_compliance.deployed.plan import make_plan
 from rdq_compliance.deployed.probe import ProbeFormatError, read_probe
 from rdq_compliance.deployed.result import CampaignResult
-from rdq_compliance.deployed.scenario import Scenario, ScenarioError, make_plan
+from rdq_compliance.deployed.scenario import Scenario, ScenarioError
 from rdq_compliance.deployed.system import (
     DeployedSystem,
     JobSpec,
@@ -133,8 +134,8 @@ def _drain(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
         try:
             result.final = dict(system.final_states(ids))
         except Exception as exc:
-            result.drain_errors.append(f"{time.time() - result.t0:.3f}: {type(exc).__name__}: "
-                                       f"{exc}")  # fmt: skip
+            when = time.time() - result.t0
+            result.drain_errors.append(f"+{when:.3f} s: {type(exc).__name__}: {exc}")
         if all(result.final.get(j, JobState("unknown", "")).state in SETTLED for j in ids):
             result.drain_ended_by = "every accepted job was finished, failed for good or held"
             break
@@ -288,5 +289,5 @@ def run_campaign(
         finally:
             server.close()
     result.timings["total"] = round(time.time() - started, 3)
-    report.write(result)
+    report.write(result, secrets=[d for d in (dsn, server.dsn) if d])
     return result

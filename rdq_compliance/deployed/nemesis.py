@@ -37,7 +37,7 @@ from typing import Any
 
 from rdq_compliance.deployed.faults import Fault
 from rdq_compliance.deployed.fleet import Fleet
-from rdq_compliance.deployed.scenario import PlannedFault
+from rdq_compliance.deployed.plan import PlannedFault
 from rdq_compliance.deployed.system import Part
 from rdq_compliance.provision.backend import Server
 

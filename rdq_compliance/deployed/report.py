@@ -15,6 +15,7 @@ the exits. The folder also holds the workers' logs (``logs/``) and probe journal
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from rdq_compliance.deployed.probe import Execution
 from rdq_compliance.deployed.result import CampaignResult
 from rdq_compliance.deployed.verdicts import Verdict
+from rdq_core.masking import mask_dsn
 
 __all__ = ["as_dict", "write"]
 
@@ -183,7 +185,8 @@ def markdown(result: CampaignResult) -> str:
         f"- findings: {len(result.findings)}, gaps: {len(result.gaps)}",
         f"- drain: {result.drain_ended_by}",
         f"- clock uncertainty: {result.uncertainty_note}",
-        f"- times: +N s after the fault window opened; wall times {result.timings}",
+        "- times: +N s after the fault window opened; took "
+        + ", ".join(f"{k} {v:g} s" for k, v in result.timings.items()),
         "",
     ]
     if result.error:
@@ -232,11 +235,19 @@ def markdown(result: CampaignResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(result: CampaignResult) -> Path:
-    """Write ``results.json`` and ``report.md`` into the result's folder; the folder."""
+def write(result: CampaignResult, secrets: Sequence[str] = ()) -> Path:
+    """Write ``results.json`` and ``report.md`` into the result's folder; the folder.
+    Each DSN of ``secrets`` that a library's error text may have quoted is written masked."""
     folder = result.outdir
     folder.mkdir(parents=True, exist_ok=True)
+
+    def masked(text: str) -> str:
+        for dsn in secrets:
+            if mask_dsn(dsn) != dsn:
+                text = text.replace(dsn, mask_dsn(dsn))
+        return text
+
     data = json.dumps(as_dict(result), indent=2, default=str)
-    (folder / "results.json").write_text(data + "\n", encoding="utf-8")
-    (folder / "report.md").write_text(markdown(result), encoding="utf-8")
+    (folder / "results.json").write_text(masked(data) + "\n", encoding="utf-8")
+    (folder / "report.md").write_text(masked(markdown(result)), encoding="utf-8")
     return folder

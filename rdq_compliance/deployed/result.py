@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rdq_compliance.deployed.fleet import Exit
 from rdq_compliance.deployed.nemesis import NemesisResult
+from rdq_compliance.deployed.plan import Plan
 from rdq_compliance.deployed.probe import Execution, Torn
-from rdq_compliance.deployed.scenario import Plan
 from rdq_compliance.deployed.system import JobState, Profile
 from rdq_compliance.deployed.verdicts import Accepted, Drain, Verdict
 

@@ -17,7 +17,7 @@ import pytest
 from rdq_compliance import registry
 from rdq_compliance.deployed.fleet import Fleet
 from rdq_compliance.deployed.nemesis import Nemesis
-from rdq_compliance.deployed.scenario import PlannedFault
+from rdq_compliance.deployed.plan import PlannedFault
 from rdq_compliance.provision.backend import ProvisionRequest
 from tests._waiting import HANG_S
 from tests.deployed.tree_system import TreeSystem

@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance.deployed.control import CoreSystem
-from rdq_compliance.deployed.scenario import (
-    BUILTIN,
-    EXAMPLE,
-    ScenarioError,
-    load_scenario,
-    make_plan,
-)
+from rdq_compliance.deployed.plan import make_plan
+from rdq_compliance.deployed.scenario import BUILTIN, EXAMPLE, ScenarioError, load_scenario
 from rdq_compliance.deployed.system import Part, Profile
 from rdq_compliance.provision.backend import FAULTS
 from tests.deployed.toy_system import ToySystem
