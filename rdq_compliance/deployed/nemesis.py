@@ -260,8 +260,8 @@ class Nemesis:
         leader = part.role == "leader"
         return _Open(
             planned, gone, late, gone - before, (worker,), name, frozenset(tree),
-            detail=f"pid {pid} of {len(pids)} {name} process(es) "
-            + ("(the leader: the worker's tree ends with it)" if leader else ""),
+            detail=f"pid {pid} of {len(pids)} {name} process(es)"
+            + (" (the leader: the worker's tree ends with it)" if leader else ""),
             ends_at_restart=leader,
         )  # fmt: skip
 

@@ -18,7 +18,9 @@ dropped in silence:
 
 A system whose library takes no retry count per job declares ``retries_per_job = False``
 (read with ``getattr``, default ``True``); its jobs then ask for none (``retries``
-``None``: the library's own budget applies) and the plan says so.
+``None``: the library's own budget applies) and the plan says so. One whose workers'
+connections do not carry the kit's namespace declares ``connections_in_namespace =
+False``; its connection cut is then listed as not run (the server's cut would find none).
 
 No two faults act on one worker, or on the server, at once; the window is stretched to
 fit the longest fault.
@@ -275,7 +277,13 @@ def _faults(
         if not count:
             continue
         missing = [n for n in _SERVER_NEEDS[kind] if n not in server_faults]
-        if missing:
+        if kind == "cut" and not getattr(system, "connections_in_namespace", True):
+            why = (
+                f"{system.name}'s connections do not carry the kit's namespace, so the "
+                "server's cut_connections(namespace) would find none of them"
+            )
+            not_run.append(NotRun(kind, count, why))
+        elif missing:
             has = ", ".join(sorted(server_faults)) or "none"
             why = f"the server provisioned cannot {' and '.join(missing)} (it supports: {has})"
             not_run.append(NotRun(kind, count, why))

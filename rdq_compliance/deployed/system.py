@@ -116,11 +116,8 @@ class JobSpec:
     """A job to enqueue: its id for the probe (the system says what id the library gives
     it, :meth:`DeployedSystem.enqueue`), a delay before it is due, the retries asked (``None``:
     the library's default) and the handler's behaviour (``seconds`` for ``succeed`` and
-    ``sleep``).
-
-    A system whose library takes no retry count per job (a budget set once for every job)
-    says so with a class attribute ``retries_per_job = False``; the harness then asks for
-    none (``retries`` ``None``) and says so in its plan."""
+    ``sleep``; a library without a retry count per job gets none, see
+    :class:`DeployedSystem`)."""
 
     key: str
     behaviour: Behaviour = "succeed"
@@ -199,7 +196,19 @@ class Promise:
 
 @runtime_checkable
 class DeployedSystem(Protocol):
-    """A queue library as deployed: what the kit needs to run, feed and read it."""
+    """A queue library as deployed: what the kit needs to run, feed and read it.
+
+    Two optional class attributes, read with ``getattr``, say what the harness cannot
+    ask of every library:
+
+    - ``retries_per_job = False``: the library takes no retry count per job (a budget set
+      once for every job); its jobs then ask for none (``JobSpec.retries`` ``None``);
+    - ``connections_in_namespace = False``: its workers' connections do not carry the kit's
+      namespace (a library's own client names them its own way), so the server's
+      ``cut_connections(namespace)`` would find none of them; the connection cut is then
+      listed as not run.
+
+    The plan says what either one changed (:mod:`rdq_compliance.deployed.plan`)."""
 
     #: The library's name and pinned version (``"somequeue==1.2.3"``).
     name: str

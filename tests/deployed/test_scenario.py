@@ -80,6 +80,19 @@ def test_what_cannot_run_is_listed_with_the_reason() -> None:
     assert "4 hold -> succeed" in text
 
 
+def test_a_cut_that_cannot_reach_the_workers_connections_is_not_run() -> None:
+    system = ToySystem(parts=(Part("main"), Part("child", 2, role="descendants")))
+    system.connections_in_namespace = False  # type: ignore[attr-defined]
+    plan = _plan(3, system=system)
+    ((kind, count, reason),) = [(n.kind, n.count, n.reason) for n in plan.not_run]
+    assert (kind, count) == ("cut", 1)
+    assert reason == (
+        "toy==1.0's connections do not carry the kit's namespace, so the server's "
+        "cut_connections(namespace) would find none of them"
+    )
+    assert "cut" not in {f.kind for f in plan.faults}
+
+
 def test_a_sleep_that_cannot_pass_the_stall_threshold_is_named() -> None:
     no_recovery = Profile("fast", recovery_after=None)
     tight = Profile("fast", recovery_after=5.0, execution_limit=9.0)
