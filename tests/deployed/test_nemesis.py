@@ -114,7 +114,9 @@ def test_a_fault_that_finds_nothing_is_an_error(tmp_path: Path) -> None:
 
     dsn = require_server()
     server = registry.load_backend("postgres").provision(ProvisionRequest(tmp_path, dsn=dsn))
+    # a namespace nothing is connected to any more (a server may connect ahead to a new one)
     namespace = server.create_namespace()
+    server.drop_namespace(namespace)
     fleet = Fleet(TreeSystem(tmp_path), "fast", ("w1",), tmp_path / "out")  # type: ignore[arg-type]
     try:
         plan = [
@@ -124,7 +126,6 @@ def test_a_fault_that_finds_nothing_is_an_error(tmp_path: Path) -> None:
         ]
         result = Nemesis(plan, fleet, server, namespace, ()).run(time.time(), 0.5)
     finally:
-        server.drop_namespace(namespace)
         server.close()
     assert result.done == []
     messages = sorted(e.message for e in result.errors)
