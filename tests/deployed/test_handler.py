@@ -1,7 +1,9 @@
 """The probe handler's body (``handler.perform``): each behaviour journals a start and an
-end line with its outcome, then returns or raises what the library must see; a retry or
-a hold without the library's callable, or an unknown behaviour, is a ``ValueError``
-before anything is journaled."""
+end line with its outcome, then returns or raises what the library must see (a retry or
+hold request the library's callable raises is raised, one it returns is returned); an
+exception raised into the work is journaled as a failure and raised on; a retry or a hold
+without the library's callable, or an unknown behaviour, is a ``ValueError`` before
+anything is journaled."""
 
 from __future__ import annotations
 
@@ -72,9 +74,27 @@ def test_retry_and_hold_raise_what_the_library_asks(
     assert x.outcome == outcome
 
 
-def test_a_request_that_returns_is_the_systems_bug(tmp_path: Path) -> None:
-    with _journal(tmp_path) as w, pytest.raises(AssertionError, match="returned instead"):
-        perform("job-5", "retry", probe=w, retry=lambda: None)  # type: ignore[arg-type,return-value]
+def test_a_request_the_library_returns_is_returned(tmp_path: Path) -> None:
+    request = object()
+    with _journal(tmp_path) as w:
+        assert perform("job-5", "hold", probe=w, hold=lambda: request) is request
+    x, _ = _one(tmp_path)
+    assert x.outcome == "held"
+
+
+@pytest.mark.parametrize("behaviour", ["succeed", "sleep"])
+def test_an_exception_raised_into_the_work_is_journaled_as_a_failure(
+    tmp_path: Path, behaviour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(seconds: float) -> None:
+        raise TimeoutError("the library's time limit")
+
+    monkeypatch.setattr(time, "sleep", interrupted)
+    with _journal(tmp_path) as w, pytest.raises(TimeoutError):
+        perform("job-7", behaviour, 1.0, probe=w)
+    x, log = _one(tmp_path)
+    assert x.outcome == "failed"
+    assert log.ends[0].detail == "interrupted by TimeoutError: the library's time limit"
 
 
 @pytest.mark.parametrize(
