@@ -300,12 +300,20 @@ def _faults(
         )
     busy: dict[str, list[tuple[float, float]]] = {}
     planned: list[PlannedFault] = []
-    for kind, lasts, span in sorted(wanted, key=lambda w: -w[2]):
+
+    def free(where: str, a: float, b: float) -> bool:
+        return all(b + _GAP <= x or y + _GAP <= a for x, y in busy.get(where, []))
+
+    # the longest first; the cut last, at a time some worker is free of faults (a cut while
+    # every worker is down or stopped would find no connection)
+    for kind, lasts, span in sorted(wanted, key=lambda w: (w[0] == "cut", -w[2])):
         for _ in range(2000):
             at = round(rng.uniform(_GAP, max(_GAP, window - span)), 3)
             worker = None if kind in _SERVER_NEEDS else rng.choice(workers)
             where = worker or "server"
-            if all(at + span + _GAP <= a or b + _GAP <= at for a, b in busy.get(where, [])):
+            if free(where, at, at + span) and (
+                kind != "cut" or any(free(w, at, at + span) for w in workers)
+            ):
                 break
         else:
             raise ScenarioError(

@@ -80,6 +80,20 @@ def test_what_cannot_run_is_listed_with_the_reason() -> None:
     assert "4 hold -> succeed" in text
 
 
+def test_the_cut_comes_when_some_worker_is_free_of_faults() -> None:
+    busy = dataclasses.replace(STANDARD, workers=2, kill=4, pause=3)
+    for seed in range(40):
+        plan = _plan(seed, scenario=busy)
+        (cut,) = [f for f in plan.faults if f.kind == "cut"]
+        # a worker is down from a kill to its restart (+ 2 s to start), stopped while paused
+        hit = {
+            f.worker
+            for f in plan.faults
+            if f.worker and f.at <= cut.at <= f.at + f.lasts + (2.0 if f.kind == "kill" else 0)
+        }
+        assert hit != set(plan.workers), (seed, cut, plan.lines())
+
+
 def test_a_cut_that_cannot_reach_the_workers_connections_is_not_run() -> None:
     system = ToySystem(parts=(Part("main"), Part("child", 2, role="descendants")))
     system.connections_in_namespace = False  # type: ignore[attr-defined]
