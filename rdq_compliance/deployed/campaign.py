@@ -277,7 +277,9 @@ def run_campaign(
                 mask_dsn(server.dsn), namespace, profile, plan, out,
             )  # fmt: skip
             try:
-                system.bind(server.dsn, namespace, str(Path(tmp) / "system"), profile.name)
+                workdir = Path(tmp) / "system"
+                workdir.mkdir()
+                system.bind(server.dsn, namespace, str(workdir), profile.name)
                 _run(system, server, result, say, stop)
             except WorkerFailed as exc:
                 raise CampaignError(str(exc)) from None

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from rdq_compliance.deployed.control import CoreSystem
 
-#: A scenario with no fault: three workers, two jobs that sleep past the 0.5 s the broken
-#: claim waits (an idle worker takes one), two short ones. A second run of a job here is
-#: the backend's doing alone.
+#: A scenario with no fault: two workers, three jobs that sleep past the 0.5 s the broken
+#: claim waits. A worker takes a waiting job before a running one, so once both workers
+#: are up and no job waits, the first one idle takes a job the other is running: a second
+#: run of one job, the backend's doing alone (a worker slow to start, on a busy machine,
+#: still finds one running, the three last 22.5 s on one worker).
 NO_FAULTS = """\
 name = "no-faults"
-workers = 3
+workers = 2
 window = 1
 drain_margin = 10
 
 [jobs]
-succeed = 2
-sleep = 2
+sleep = 3
 """
 
 
