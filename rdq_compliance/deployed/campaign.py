@@ -146,10 +146,25 @@ def _drain(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
     result.drain = verdicts.Drain(time.time(), fleet.live())
 
 
+def _never_started(result: CampaignResult, fleet: Fleet) -> str | None:
+    """A worker that exited on its own and never ran a job: it could not start (a broken
+    install, a bad setting), and the campaign judged nothing of the library's."""
+    ran = {x.worker for x in result.executions}
+    for name in result.plan.workers:
+        own = [e for e in result.exits if e.worker == name and e.cause == "on its own"]
+        if own and name not in ran:
+            return (
+                f"worker {name} never ran a job and exited on its own {len(own)} time(s) "
+                f"(last status {own[-1].code}): it does not start; see {fleet.log_path(name)}"
+            )
+    return None
+
+
 def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None:
     log = read_probe(fleet.probe_paths())
     result.torn = list(log.torn)
     result.executions = log.executions()
+    result.error = _never_started(result, fleet)
     assert result.drain is not None
     result.uncertainty = LOCAL_UNCERTAINTY
     result.uncertainty_note = (

@@ -10,10 +10,11 @@
 declaration's problems. ``run`` runs ``--campaigns`` campaigns (seeds ``N`` to
 ``N + campaigns - 1``; without ``--seed`` a fresh one, printed) and prints a line per
 campaign and a total. Exit status: **0** no finding, **1** a finding in some campaign,
-**2** bad usage, a setup error, or a campaign whose journals could not be judged (a probe
-journal that breaks the format) -- with a one-line reason, never a stack trace. A fault
-the nemesis could not do (nothing to act on) is printed and in the report, beside the
-verdicts. A password in a DSN is never printed.
+**2** bad usage, a setup error, or a campaign that could not judge the library (a worker
+that never started, a probe journal that breaks the format; the campaigns stop there)
+-- with a one-line reason, never a stack trace. A fault the nemesis could not do
+(nothing to act on) is printed and in the report, beside the verdicts. A password in a
+DSN is never printed.
 
 :mod:`rdq_compliance.chaos.cli` adds these commands to ``rdq-chaos``
 (:func:`add_commands`, :func:`run_command`).
@@ -192,10 +193,10 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
             markup=False,
             soft_wrap=True,
         )
+        if result.error:
+            return _error(err, f"campaign {n} (seed {seed}): {result.error}", args.dsn)
         if result.findings:
             status = EXIT_FINDING
-        elif result.error and status == EXIT_OK:
-            status = EXIT_USAGE
     console.print(
         f"total: {args.campaigns} campaign(s), {findings} finding(s), {gaps} gap(s)",
         style="red" if findings else "green",

@@ -2,7 +2,8 @@
 problems; a usage error (an unknown system, profile or scenario, an incomplete
 declaration) exits 2 with one line; a campaign with a finding exits 1 -- the control on a
 backend whose claim ignores the lease, where the finding names the rule, the job and both
-workers, and cites the promise it breaks."""
+workers, and cites the promise it breaks; a campaign whose workers never start exits 2
+naming the worker, not with the jobs it could not run as findings."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from rdq_compliance.chaos.cli import main
 from rdq_compliance.deployed.control import CoreSystem
 from tests._paths import pythonpath
-from tests.deployed.broken_control import NO_FAULTS
+from tests.deployed.broken_control import NO_FAULTS, ONE_JOB
 from tests.deployed.toy_system import ToySystem
 
 
@@ -90,3 +91,22 @@ def test_a_finding_exits_1_naming_the_job_and_both_workers(
     assert report.index("## Findings") < report.index("[handed-out-while-held]")
     assert report.index("[handed-out-while-held]") < report.index("## Gaps")
     assert "> At no moment may two workers both hold a live claim on the same task." in report
+
+
+def test_a_worker_that_never_starts_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
+    scenario = tmp_path / "one-job.toml"
+    scenario.write_text(ONE_JOB)
+    system = "tests.deployed.broken_control:never_starts"
+    out = tmp_path / "report"
+    argv = ["deployed", "run", system, "--scenario", str(scenario), "--out", str(out)]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("rdq-chaos: error: campaign 1 (seed ")
+    assert "worker w1 never ran a job and exited on its own" in line
+    assert "(last status 1): it does not start; see " in line
+    data = json.loads((out / "results.json").read_text())
+    assert data["error"].startswith("worker w1 never ran a job")
+    assert {e["cause"] for e in data["workers"]["exits"]} >= {"on its own"}
