@@ -5,6 +5,9 @@
     rdq-chaos run chaos/standard.toml [--backend NAME] [--seed N] [--dsn DSN]
               [--out DIR] [--option KEY=VALUE ...] [--no-docker]
     rdq-chaos soak chaos/standard.toml --runs 50 [--seed BASE] [...the same options]
+    rdq-chaos deployed list
+    rdq-chaos deployed run SYSTEM [--profile fast|defaults] [--scenario standard|smoke|PATH]
+              [--seed N] [--dsn DSN] [--out DIR] [--campaigns N]
 
 Resolves its settings exactly as the pytest plugin does (:mod:`rdq_compliance.settings`:
 command line, then ``RDQ_*`` environment variables, then ``[tool.rdq]`` of the nearest
@@ -14,7 +17,8 @@ binaries, else a container), runs the scenario with a live progress display, wri
 report folder and prints where it is. Exit status: **0** no violation, **1** violations found,
 a rule a fault is there for not exercised (or
 the checker failed), **2** bad usage, a bad scenario, or no server to run against —
-always with a one-line reason, never a stack trace.
+always with a one-line reason, never a stack trace. ``deployed`` runs deployed campaigns
+(:mod:`rdq_compliance.deployed.cli`: a queue library's own workers under the nemesis).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from rdq_compliance.chaos.faults.display import fault_details, fault_phrases, li
 from rdq_compliance.chaos.runner import provision_and_run
 from rdq_compliance.chaos.scenario import Scenario, ScenarioError, check_seed, load_scenario
 from rdq_compliance.chaos.soak import SoakResult, SoakRun, run_soak
+from rdq_compliance.deployed import cli as deployed_cli
 from rdq_compliance.option_check import check_options
 from rdq_compliance.session import NoBackendSelected
 from rdq_compliance.settings import Settings, describe, find_rootpath, mask_dsn, resolve
@@ -118,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the history of passing runs too (by default only failing runs keep it)",
     )
+    deployed_cli.add_commands(sub, _Parser)
     return parser
 
 
@@ -426,6 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "soak":
         return cmd_soak(args)
+    if args.command == "deployed":
+        return deployed_cli.run_command(args)
     return EXIT_USAGE  # pragma: no cover - argparse requires a command
 
 

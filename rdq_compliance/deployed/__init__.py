@@ -5,7 +5,15 @@ settings, under the kit's nemesis, judged from what the kit's probe handler jour
 - :mod:`.system`: what a deployed system declares (how to run, enqueue, read back; its
   promises; its settings profiles) and how one is found (``rdq.systems`` entry points);
 - :mod:`.faults`: the nemesis's faults as the checker reads them;
-- :mod:`.verdicts`: the checker over executions, faults, accepted jobs and final states.
+- :mod:`.verdicts`: the checker over executions, faults, accepted jobs and final states;
+- :mod:`.scenario` and :mod:`.plan`: what a campaign runs, and the plan a seed draws from
+  it for one system and server;
+- :mod:`.fleet`: the system's workers as supervised process trees;
+- :mod:`.nemesis`: the plan's faults done, as spans;
+- :mod:`.campaign`, :mod:`.result`, :mod:`.report`: one campaign, what it recorded, its
+  report folder; :mod:`.cli`: ``rdq-chaos deployed``;
+- :mod:`.control`, :mod:`.core_worker`: rdq's own worker loop deployed as a system, on
+  any kit backend.
 
 The contract's section 9 (``contract.md#9-deployed-systems``) is the reference.
 """

@@ -12,8 +12,9 @@ swallows what is raised: the library sees exactly what its handler would.
 ================ ===========================================================================
 behaviour        what the handler does (the end line's outcome)
 ================ ===========================================================================
-``succeed``      returns (``succeeded``)
-``sleep``        sleeps ``seconds`` (the library heartbeats meanwhile), returns (``succeeded``)
+``succeed``      works ``seconds`` (a sleep; 0 by default), returns (``succeeded``)
+``sleep``        sleeps ``seconds``, past the library's stall threshold (the library
+                 heartbeats meanwhile), returns (``succeeded``)
 ``fail``         raises :class:`ProbeFailure` (``failed``)
 ``retry``        calls ``retry()``: raises or returns the library's retry request (``retry-asked``)
 ``hold``         calls ``hold()``: raises or returns the library's hold request (``held``)
@@ -71,7 +72,7 @@ def perform(
     if behaviour not in ("succeed", "sleep", "fail", "retry", "hold"):
         raise ValueError(f"unknown probe behaviour {behaviour!r}")
     exec_id = w.started(job, attempt)
-    if behaviour == "sleep":
+    if behaviour in ("succeed", "sleep") and seconds > 0:
         try:
             time.sleep(seconds)
         except BaseException as exc:

@@ -22,6 +22,8 @@ here names a library.
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
@@ -51,6 +53,7 @@ __all__ = [
     "WorkerLaunch",
     "declaration_problems",
     "installed",
+    "link_problem",
     "load_system",
 ]
 
@@ -62,9 +65,10 @@ GROUP = "rdq.systems"
 #: no record of it, or words the mapping does not know).
 NeutralState = Literal["finished", "failed-for-good", "held", "waiting", "running", "unknown"]
 
-#: What the probe handler does with a job: return (``succeed``), raise (``fail``), ask the
-#: library for a retry (``retry``), sleep ``seconds`` while the library heartbeats
-#: (``sleep``, then return), ask the library to hold the job (``hold``).
+#: What the probe handler does with a job: return after working ``seconds`` (``succeed``),
+#: raise (``fail``), ask the library for a retry (``retry``), sleep ``seconds`` past the
+#: library's stall threshold while it heartbeats (``sleep``, then return), ask the library
+#: to hold the job (``hold``).
 Behaviour = Literal["succeed", "fail", "retry", "sleep", "hold"]
 BEHAVIOURS: tuple[str, ...] = get_args(Behaviour)
 
@@ -111,7 +115,9 @@ class WorkerLaunch:
 class JobSpec:
     """A job to enqueue: its id for the probe (the system says what id the library gives
     it, :meth:`DeployedSystem.enqueue`), a delay before it is due, the retries asked (``None``:
-    the library's default) and the handler's behaviour (``seconds`` for ``sleep``)."""
+    the library's default) and the handler's behaviour (``seconds`` for ``succeed`` and
+    ``sleep``; a library without a retry count per job gets none, see
+    :class:`DeployedSystem`)."""
 
     key: str
     behaviour: Behaviour = "succeed"
@@ -190,7 +196,19 @@ class Promise:
 
 @runtime_checkable
 class DeployedSystem(Protocol):
-    """A queue library as deployed: what the kit needs to run, feed and read it."""
+    """A queue library as deployed: what the kit needs to run, feed and read it.
+
+    Two optional class attributes, read with ``getattr``, say what the harness cannot
+    ask of every library:
+
+    - ``retries_per_job = False``: the library takes no retry count per job (a budget set
+      once for every job); its jobs then ask for none (``JobSpec.retries`` ``None``);
+    - ``connections_in_namespace = False``: its workers' connections do not carry the kit's
+      namespace (a library's own client names them its own way), so the server's
+      ``cut_connections(namespace)`` would find none of them; the connection cut is then
+      listed as not run.
+
+    The plan says what either one changed (:mod:`rdq_compliance.deployed.plan`)."""
 
     #: The library's name and pinned version (``"somequeue==1.2.3"``).
     name: str
@@ -234,6 +252,19 @@ class DeployedSystem(Protocol):
         ...
 
 
+#: A page of this repository's docs as a promise's link: ``docs/<page>.md#<anchor>`` (the
+#: kit's own control system quotes its contract).
+_REPO_DOC = re.compile(r"docs/(?:[\w-]+/)*[\w-]+\.md(?:#[\w-]+)?")
+
+
+def link_problem(link: str) -> str | None:
+    """Why ``link`` is not a promise's link (an http(s) address, or a page of this
+    repository's docs, ``docs/contract.md#2-the-model``); ``None`` when it is one."""
+    if link.startswith(("http://", "https://")) or _REPO_DOC.fullmatch(link):
+        return None
+    return f"{link!r} is neither an http(s) link nor a page of the repository's docs"
+
+
 def declaration_problems(system: DeployedSystem, rules: Sequence[str]) -> list[str]:
     """What is missing from or wrong in ``system``'s declaration, given the verdict
     ``rules`` the checker decides: the two profiles, each promise's quote and link, a
@@ -263,7 +294,7 @@ def declaration_problems(system: DeployedSystem, rules: Sequence[str]) -> list[s
     ]
     forbidden: set[str] = set()
     for p in system.promises:
-        if not p.quote.strip() or not p.link.startswith(("http://", "https://")):
+        if not p.quote.strip() or link_problem(p.link) is not None:
             out.append(f"{system.name}: promise {p.id!r} lacks the library's words or a link")
         named = set(p.forbids) | set(p.tolerates)
         out += [
@@ -289,11 +320,20 @@ def installed() -> dict[str, EntryPoint]:
 def load_system(
     name: str, *, found: Callable[[], Mapping[str, EntryPoint]] = installed
 ) -> DeployedSystem:
-    """The system registered as ``name`` under the ``rdq.systems`` entry points (an
-    instance, or a class or function that makes one when called with no argument)."""
-    obj, origin = load_named(
-        name, group=GROUP, kind="deployed system", found=found(), error=UnknownSystem
-    )
+    """The system registered as ``name`` under the ``rdq.systems`` entry points, or at
+    ``module.path:attribute`` (a system tried before it is packaged): an instance, or a
+    class or function that makes one when called with no argument."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise UnknownSystem(f"cannot load a deployed system from {name!r}: {exc}") from None
+        origin = name
+    else:
+        obj, origin = load_named(
+            name, group=GROUP, kind="deployed system", found=found(), error=UnknownSystem
+        )
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, DeployedSystem)):
         obj = obj()
     if not isinstance(obj, DeployedSystem):

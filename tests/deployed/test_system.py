@@ -17,9 +17,10 @@ from rdq_compliance.deployed.system import (
     Setting,
     UnknownSystem,
     declaration_problems,
+    link_problem,
     load_system,
 )
-from tests.deployed.toy_system import AT_LEAST_ONCE, ToySystem
+from tests.deployed.toy_system import AT_LEAST_ONCE, DONE_IS_FINAL, ToySystem
 
 RULE_IDS = [r.id for r in verdicts.RULES]
 
@@ -96,3 +97,24 @@ def test_a_fast_setting_cites_the_docs_line_that_allows_it() -> None:
     fast = Profile("fast", (Setting("heartbeat_timeout", "5", "60"),))
     assert fast.problems() == ["profile 'fast' changes heartbeat_timeout citing no docs line"]
     assert Profile("fast", (Setting("x", "1", "1"),)).problems() == []
+
+
+def test_a_link_is_an_http_address_or_a_page_of_the_repositorys_docs() -> None:
+    assert link_problem("https://toy.invalid/docs/1.0/x.html#y") is None
+    assert link_problem("docs/contract.md#2-the-model") is None
+    assert link_problem("docs/contract.md") is None
+    for bad in ("contract.md#2-the-model", "docs/../../etc/x.md", "ftp://x/y", "docs/a.md#b c"):
+        assert link_problem(bad) is not None, bad
+    local = dataclasses.replace(AT_LEAST_ONCE, link="docs/contract.md#9-deployed-systems")
+    assert declaration_problems(ToySystem(promises=(local, DONE_IS_FINAL)), RULE_IDS) == []
+    elsewhere = dataclasses.replace(AT_LEAST_ONCE, link="README.md")
+    assert declaration_problems(ToySystem(promises=(elsewhere, DONE_IS_FINAL)), RULE_IDS) == [
+        "toy==1.0: promise 'toy-at-least-once' lacks the library's words or a link"
+    ]
+
+
+def test_a_system_is_loaded_by_module_and_attribute() -> None:
+    system = load_system("tests.deployed.toy_system:ToySystem")
+    assert isinstance(system, ToySystem)
+    with pytest.raises(UnknownSystem, match=r"cannot load a deployed system from 'tests\.nope:X'"):
+        load_system("tests.nope:X")

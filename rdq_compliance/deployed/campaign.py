@@ -1,0 +1,310 @@
+"""One deployed campaign, from the server's provisioning to the verdicts and the report.
+
+1. The system's server is provisioned through the kit's ladder
+   (``registry.load_backend(system.server).provision(...)``: the DSN given, else local
+   binaries, else a container), and a namespace is made on it.
+2. The plan is drawn (:func:`~rdq_compliance.deployed.scenario.make_plan`) and printed.
+3. ``system.bind(dsn, namespace, workdir, profile)``; the workers are started
+   (:class:`~rdq_compliance.deployed.fleet.Fleet`); every job is enqueued with
+   ``system.enqueue``, one call per job: those the client acknowledged are
+   :class:`~rdq_compliance.deployed.verdicts.Accepted` at the time the call returned.
+4. The fault window opens: the nemesis runs the plan, then heals everything.
+5. The drain: ``system.final_states`` every 0.5 s until every accepted job is finished,
+   failed for good or held, or until the drain bound (``recovery_after`` + the longest
+   job + the scenario's margin); the result says which ended it. The workers alive then
+   are the drain's :class:`~rdq_compliance.deployed.verdicts.Drain`.
+6. The workers are stopped (SIGTERM, SIGKILL after a grace), every probe journal is read
+   (torn lines reported), and the checker judges
+   (:func:`~rdq_compliance.deployed.verdicts.judge`, with the profile's
+   ``execution_limit`` and the clock uncertainty, :data:`LOCAL_UNCERTAINTY`).
+7. The namespace is dropped, the client closed, the server released; the report folder
+   is written (:mod:`rdq_compliance.deployed.report`).
+
+Bad input (an unknown system or profile, a declaration with problems, a scenario that
+cannot be planned) is :class:`CampaignError` before anything starts; a campaign that
+cannot run (no server, a worker that cannot start) is a :class:`CampaignError` too,
+after everything started was stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from rdq_compliance import registry
+from rdq_compliance.deployed import report, verdicts
+from rdq_compliance.deployed.fleet import Fleet, WorkerFailed
+from rdq_compliance.deployed.nemesis import Nemesis
+from rdq_compliance.deployed.plan import make_plan
+from rdq_compliance.deployed.probe import ProbeFormatError, read_probe
+from rdq_compliance.deployed.result import CampaignResult
+from rdq_compliance.deployed.scenario import Scenario, ScenarioError
+from rdq_compliance.deployed.system import (
+    DeployedSystem,
+    JobSpec,
+    JobState,
+    Profile,
+    UnknownSystem,
+    declaration_problems,
+    load_system,
+)
+from rdq_compliance.provision.backend import (
+    FAULTS,
+    ProvisionRequest,
+    ProvisionUnavailable,
+    Server,
+)
+from rdq_core.errors import RdqError
+from rdq_core.masking import mask_dsn
+
+__all__ = [
+    "LOCAL_UNCERTAINTY",
+    "CampaignError",
+    "load",
+    "run_campaign",
+]
+
+#: The clock uncertainty of a campaign on one host (seconds): the harness and every worker
+#: read the same kernel clock, so two times are ordered but for the harness's own lag
+#: between reading the clock and a signal taking effect, bounded here.
+LOCAL_UNCERTAINTY = 0.05
+#: The states a job ends in.
+SETTLED = frozenset({"finished", "failed-for-good", "held"})
+#: Seconds between two reads of the final states during the drain.
+POLL = 0.5
+#: Seconds a worker must survive its start before the jobs are enqueued.
+SETTLE = 1.0
+
+
+class CampaignError(RdqError):
+    """A campaign that cannot start or run; the message says what and what to do."""
+
+
+def load(system_name: str, profile_name: str) -> tuple[DeployedSystem, Profile]:
+    """The system registered as ``system_name`` and its profile ``profile_name``, or one
+    :class:`CampaignError` saying what is wrong."""
+    try:
+        system = load_system(system_name)
+    except UnknownSystem as exc:
+        raise CampaignError(str(exc)) from None
+    problems = declaration_problems(system, [r.id for r in verdicts.RULES])
+    if problems:
+        raise CampaignError(
+            f"system {system_name!r} declares itself incompletely: " + "; ".join(problems)
+        )
+    profile = system.profiles.get(profile_name)
+    if profile is None:
+        raise CampaignError(
+            f"system {system_name!r} has no profile {profile_name!r} "
+            f"(its profiles: {', '.join(sorted(system.profiles))})"
+        )
+    return system, profile
+
+
+def _enqueue(system: DeployedSystem, jobs: Sequence[JobSpec], result: CampaignResult) -> None:
+    for spec in jobs:
+        try:
+            ids = system.enqueue([spec])
+        except Exception as exc:
+            result.refused[spec.key] = f"{type(exc).__name__}: {exc}"
+            continue
+        at = time.time()
+        job = ids.get(spec.key)
+        if job is None:
+            result.refused[spec.key] = "not acknowledged by the client"
+            continue
+        result.keys[job] = spec.key
+        result.accepted.append(verdicts.Accepted(job, at, spec.retries))
+
+
+def _drain(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None:
+    """Poll the final states until every accepted job settled or the bound passed."""
+    plan, profile = result.plan, result.profile
+    result.drain_bound = round(
+        (profile.recovery_after or 0.0) + plan.longest_job + plan.scenario.drain_margin, 3
+    )
+    deadline = time.time() + result.drain_bound
+    ids = [a.job for a in result.accepted]
+    while True:
+        try:
+            result.final = dict(system.final_states(ids))
+        except Exception as exc:
+            when = time.time() - result.t0
+            result.drain_errors.append(f"+{when:.3f} s: {type(exc).__name__}: {exc}")
+        if all(result.final.get(j, JobState("unknown", "")).state in SETTLED for j in ids):
+            result.drain_ended_by = "every accepted job was finished, failed for good or held"
+            break
+        if time.time() >= deadline:
+            result.drain_ended_by = f"the drain bound ({result.drain_bound:g} s) passed"
+            break
+        time.sleep(min(POLL, max(0.0, deadline - time.time())))
+    result.drain = verdicts.Drain(time.time(), fleet.live())
+
+
+def _never_started(result: CampaignResult, fleet: Fleet) -> str | None:
+    """A worker that exited on its own and never ran a job: it could not start (a broken
+    install, a bad setting), and the campaign judged nothing of the library's."""
+    ran = {x.worker for x in result.executions}
+    for name in result.plan.workers:
+        own = [e for e in result.exits if e.worker == name and e.cause == "on its own"]
+        if own and name not in ran:
+            return (
+                f"worker {name} never ran a job and exited on its own {len(own)} time(s) "
+                f"(last status {own[-1].code}): it does not start; see {fleet.log_path(name)}"
+            )
+    return None
+
+
+def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None:
+    log = read_probe(fleet.probe_paths())
+    result.torn = list(log.torn)
+    result.executions = log.executions()
+    result.error = _never_started(result, fleet)
+    assert result.drain is not None
+    result.uncertainty = LOCAL_UNCERTAINTY
+    result.uncertainty_note = (
+        f"{LOCAL_UNCERTAINTY:g} s: one host, one clock (the harness and every worker read the "
+        "same kernel clock); the bound covers the harness's lag between reading it and a "
+        "signal taking effect"
+    )
+    result.verdicts = verdicts.judge(
+        result.executions,
+        result.nemesis.faults,
+        result.accepted,
+        result.final,
+        system.promises,
+        result.drain,
+        execution_limit=result.profile.execution_limit,
+        uncertainty=result.uncertainty,
+    )
+
+
+def _run(
+    system: DeployedSystem,
+    server: Server,
+    result: CampaignResult,
+    say: Callable[[str], None],
+    stop: threading.Event,
+) -> None:
+    fleet = Fleet(
+        system, result.profile.name, result.plan.workers, result.outdir,
+        restart_after=result.plan.scenario.restart_after,
+    )  # fmt: skip
+    try:
+        say(f"starting {len(result.plan.workers)} workers")
+        fleet.start()
+        fleet.check_started(SETTLE)
+        say(f"enqueueing {len(result.plan.jobs)} jobs")
+        started = time.time()
+        _enqueue(system, result.plan.jobs, result)
+        if not result.accepted:
+            first = next(iter(result.refused.values()), "none planned")
+            raise CampaignError(f"the library's client acknowledged no job (first: {first})")
+        result.t0 = time.time()
+        result.timings["enqueue"] = round(result.t0 - started, 3)
+        say(f"fault window: {result.plan.window:g} s, {len(result.plan.faults)} faults")
+        nemesis = Nemesis(
+            result.plan.faults, fleet, server, result.namespace, system.parts, stop=stop
+        )
+        result.nemesis = nemesis.run(result.t0, result.plan.window)
+        healed = time.time()
+        result.timings["window"] = round(healed - result.t0, 3)
+        say("drain")
+        _drain(system, result, fleet)
+        assert result.drain is not None
+        result.timings["drain"] = round(result.drain.ended - healed, 3)
+    finally:
+        fleet.stop()
+        result.exits = list(fleet.exits)
+        result.launches = fleet.launches
+    try:
+        _judge(system, result, fleet)
+    except ProbeFormatError as exc:
+        result.error = f"a probe journal breaks the format (the worker's probe is wrong): {exc}"
+
+
+@contextlib.contextmanager
+def _harness_log(path: Path) -> Iterator[None]:
+    """The harness process's own log (its client's warnings during faults) in ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def run_campaign(
+    system: DeployedSystem,
+    profile: Profile,
+    scenario: Scenario,
+    seed: int,
+    *,
+    out: Path,
+    dsn: str | None = None,
+    say: Callable[[str], None] = lambda line: None,
+    stop: threading.Event | None = None,
+) -> CampaignResult:
+    """Run one campaign of ``scenario`` with ``seed`` on ``system`` under ``profile``,
+    write its report folder ``out`` and return what it found. ``say`` is told each
+    phase and the plan's lines."""
+    problems = declaration_problems(system, [r.id for r in verdicts.RULES])
+    if problems:
+        raise CampaignError(f"{system.name} declares itself incompletely: " + "; ".join(problems))
+    try:  # a scenario that cannot be planned even on a server that takes every fault
+        make_plan(scenario, seed, system=system, profile=profile, server_faults=FAULTS)
+    except ScenarioError as exc:
+        raise CampaignError(str(exc)) from None
+    stop = stop or threading.Event()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    with (
+        _harness_log(out / "logs" / "harness.log"),
+        tempfile.TemporaryDirectory(prefix="rdq-deployed-") as tmp,
+    ):
+        try:
+            backend = registry.load_backend(system.server)
+            server = backend.provision(ProvisionRequest(workdir=Path(tmp) / "server", dsn=dsn))
+        except (RdqError, OSError) as exc:
+            raise CampaignError(f"no {system.server} server for {system.name}: {exc}") from None
+        try:
+            try:
+                plan = make_plan(
+                    scenario, seed, system=system, profile=profile, server_faults=server.faults
+                )
+            except ScenarioError as exc:
+                raise CampaignError(str(exc)) from None
+            for line in plan.lines():
+                say(line)
+            namespace = server.create_namespace()
+            result = CampaignResult(
+                system.name, system.server, server.origin, server.version,
+                mask_dsn(server.dsn), namespace, profile, plan, out,
+            )  # fmt: skip
+            try:
+                workdir = Path(tmp) / "system"
+                workdir.mkdir()
+                system.bind(server.dsn, namespace, str(workdir), profile.name)
+                _run(system, server, result, say, stop)
+            except WorkerFailed as exc:
+                raise CampaignError(str(exc)) from None
+            finally:
+                system.close()
+                server.drop_namespace(namespace)
+        except ProvisionUnavailable as exc:
+            raise CampaignError(str(exc)) from None
+        finally:
+            server.close()
+    result.timings["total"] = round(time.time() - started, 3)
+    report.write(result, secrets=[d for d in (dsn, server.dsn) if d])
+    return result

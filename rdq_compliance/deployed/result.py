@@ -1,0 +1,82 @@
+"""What one deployed campaign recorded and concluded, as the report writes it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rdq_compliance.deployed.fleet import Exit
+from rdq_compliance.deployed.nemesis import NemesisResult
+from rdq_compliance.deployed.plan import Plan
+from rdq_compliance.deployed.probe import Execution, Torn
+from rdq_compliance.deployed.system import JobState, Profile
+from rdq_compliance.deployed.verdicts import Accepted, Drain, Verdict
+
+__all__ = ["CampaignResult"]
+
+
+@dataclass
+class CampaignResult:
+    """One campaign: the system and its server, the plan, what was accepted and done,
+    how the drain ended, every execution and final state, and the verdicts.
+
+    Times are the harness's wall clock; ``t0`` is when the fault window opened. ``dsn`` is
+    masked (no secret in it)."""
+
+    system: str
+    server_backend: str
+    server_origin: str
+    server_version: str | None
+    dsn: str
+    namespace: str
+    profile: Profile
+    plan: Plan
+    outdir: Path
+    t0: float = 0.0
+    accepted: list[Accepted] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # key -> why not acknowledged
+    keys: dict[str, str] = field(default_factory=dict)  # the library's job id -> key
+    nemesis: NemesisResult = field(default_factory=NemesisResult)
+    exits: list[Exit] = field(default_factory=list)
+    launches: dict[str, list[str]] = field(default_factory=dict)
+    drain: Drain | None = None
+    drain_bound: float = 0.0
+    drain_ended_by: str = ""
+    drain_errors: list[str] = field(default_factory=list)
+    final: dict[str, JobState] = field(default_factory=dict)
+    executions: list[Execution] = field(default_factory=list)
+    torn: list[Torn] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    uncertainty: float = 0.0
+    uncertainty_note: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def findings(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kind == "finding"]
+
+    @property
+    def gaps(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kind == "gap"]
+
+    def behaviour_of(self, job: str) -> str:
+        """The behaviour a job was enqueued with (from its key), or ``?``."""
+        key = self.keys.get(job)
+        spec = next((j for j in self.plan.jobs if j.key == key), None)
+        return spec.behaviour if spec is not None else "?"
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Accepted jobs by behaviour, by final state, and the executions by outcome."""
+        by_behaviour = Counter(self.behaviour_of(a.job) for a in self.accepted)
+        by_state = Counter(self.final.get(a.job, JobState("unknown", "")).state
+                           for a in self.accepted)  # fmt: skip
+        by_outcome = Counter(x.outcome or "no end" for x in self.executions)
+        return {
+            "planned": self.plan.counts(),
+            "accepted by behaviour": dict(sorted(by_behaviour.items())),
+            "final state": dict(sorted(by_state.items())),
+            "executions by outcome": dict(sorted(by_outcome.items())),
+            "verdicts": {"findings": len(self.findings), "gaps": len(self.gaps)},
+        }

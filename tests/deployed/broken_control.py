@@ -1,0 +1,61 @@
+"""The control broken on purpose, for the deployed harness's own tests.
+
+- :func:`reclaim_ignores_lease`: rdq's worker loop on
+  ``tests.broken.sqlite:reclaim_ignores_lease``, whose claim takes an IN_FLIGHT task
+  claimed more than 0.5 s ago whatever its lease (bug class ``live-lease-stolen``). Its
+  workers import the backend by that name, so they need the checkout root on
+  ``PYTHONPATH`` (:func:`tests._paths.pythonpath`).
+- :func:`never_starts`: workers that exit before they run anything."""
+
+from __future__ import annotations
+
+import sys
+
+from rdq_compliance.deployed.control import CoreSystem
+from rdq_compliance.deployed.system import WorkerLaunch
+
+#: A scenario with no fault: two workers, three jobs that sleep past the 0.5 s the broken
+#: claim waits. A worker takes a waiting job before a running one, so once both workers
+#: are up and no job waits, the first one idle takes a job the other is running: a second
+#: run of one job, the backend's doing alone (a worker slow to start, on a busy machine,
+#: still finds one running, the three last 22.5 s on one worker).
+NO_FAULTS = """\
+name = "no-faults"
+workers = 2
+window = 1
+drain_margin = 10
+
+[jobs]
+sleep = 3
+"""
+
+
+def reclaim_ignores_lease() -> CoreSystem:
+    return CoreSystem("tests.broken.sqlite:reclaim_ignores_lease")
+
+
+class NeverStarts(CoreSystem):
+    """The control whose workers exit with status 1 before they run anything, a little
+    after the harness's first look (a worker that cannot start, slow to say so)."""
+
+    def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
+        env = super().worker(name, profile, probe_path).env
+        return WorkerLaunch((sys.executable, "-c", EXITS), env)
+
+
+EXITS = "import time; time.sleep(1.5); raise SystemExit(1)"
+
+#: One worker, one job, a short drain.
+ONE_JOB = """\
+name = "one-job"
+workers = 1
+window = 1
+drain_margin = 2
+
+[jobs]
+succeed = 1
+"""
+
+
+def never_starts() -> CoreSystem:
+    return NeverStarts("sqlite")
