@@ -279,6 +279,10 @@ class RqSystem:
     #: No hold: rq has no per-job park (``rq suspend`` stops every worker; a canceled job
     #: "will not be executed").
     behaviours = frozenset({"succeed", "sleep", "fail", "retry"})
+    #: rq names each connection after its worker (``client_setname(self.name)``,
+    #: rq/worker/base.py#L253), not
+    #: after the kit's namespace: the kit's connection cut cannot find them.
+    connections_in_namespace = False
     parts = (
         Part("main", 1, "the `rq worker` process: dequeues, registers the execution, forks the "
              "horse and heartbeats while it runs, runs maintenance between dequeues; the "
