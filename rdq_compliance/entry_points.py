@@ -1,13 +1,15 @@
-"""Plugins found by name through an entry-point group: the lookup the backend registry
-(``rdq.backends``) and the deployed systems (``rdq.systems``) share, with one error that
-names what is installed and how to install what is missing."""
+"""Plugins found by name through an entry-point group, or at ``module.path:attribute``:
+the lookup the backend registry (``rdq.backends``) and the deployed systems
+(``rdq.systems``) share, with one error that names what is installed and how to install
+what is missing. The only module of the kit that imports a module by its name."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 
-__all__ = ["by_name", "load_named"]
+__all__ = ["by_name", "load_named", "load_path"]
 
 
 def by_name(group: str) -> dict[str, EntryPoint]:
@@ -43,3 +45,13 @@ def load_named(
             + (f"; {import_hint}" if import_hint else "")
         ) from None
     return obj, f"entry point {found[name].value}"
+
+
+def load_path(path: str, *, kind: str, error: Callable[[str], Exception]) -> tuple[object, str]:
+    """``(the object, path)`` at ``module.path:attribute`` (a plugin tried before it is
+    packaged); ``error(message)`` when the module or the attribute is missing."""
+    module_name, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr), path
+    except (ImportError, AttributeError) as exc:
+        raise error(f"cannot load a {kind} from {path!r}: {exc}") from None

@@ -7,11 +7,10 @@ can be tried before it is packaged.
 
 from __future__ import annotations
 
-import importlib
 from functools import cache
 from importlib.metadata import EntryPoint
 
-from rdq_compliance.entry_points import by_name, load_named
+from rdq_compliance.entry_points import by_name, load_named, load_path
 from rdq_compliance.provision.backend import Backend
 from rdq_core.errors import RdqError
 
@@ -31,12 +30,7 @@ def installed() -> dict[str, EntryPoint]:
 def load_backend(name: str) -> Backend:
     """The :class:`Backend` registered as ``name`` (or at ``module:attribute``)."""
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise UnknownBackend(f"cannot load backend from {name!r}: {exc}") from None
-        origin = name
+        obj, origin = load_path(name, kind="backend", error=UnknownBackend)
     else:
         obj, origin = load_named(
             name,

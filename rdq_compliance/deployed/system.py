@@ -22,7 +22,6 @@ here names a library.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from importlib.metadata import EntryPoint
 from typing import Literal, Protocol, get_args, runtime_checkable
 
 from rdq_compliance.deployed.faults import FAULT_KINDS, FaultKind
-from rdq_compliance.entry_points import by_name, load_named
+from rdq_compliance.entry_points import by_name, load_named, load_path
 from rdq_core.errors import RdqError
 
 __all__ = [
@@ -324,12 +323,7 @@ def load_system(
     ``module.path:attribute`` (a system tried before it is packaged): an instance, or a
     class or function that makes one when called with no argument."""
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise UnknownSystem(f"cannot load a deployed system from {name!r}: {exc}") from None
-        origin = name
+        obj, origin = load_path(name, kind="deployed system", error=UnknownSystem)
     else:
         obj, origin = load_named(
             name, group=GROUP, kind="deployed system", found=found(), error=UnknownSystem
