@@ -35,7 +35,7 @@ from rdq_compliance.deployed.system import (
     WorkerLaunch,
 )
 from rdq_core.errors import NotFound
-from rdq_core.model import NewTask, Status
+from rdq_core.model import NewTask, Outcome, Status
 from rdq_core.spi import Storage
 
 __all__ = ["DSN_ENV", "HANDLER", "PROFILES", "PROMISES", "QUEUE", "CoreSystem"]
@@ -238,5 +238,11 @@ class CoreSystem:
                 out[job] = JobState("unknown", "not found")
                 continue
             words = f"{task.status.value} after {task.attempt_count} attempt(s)"
-            out[job] = JobState(_STATES.get(task.status, "unknown"), words)
+            state = _STATES.get(task.status, "unknown")
+            # the attempt whose outcome made the state: the last of the history that is no
+            # LEASE_EXPIRED one (a lease lost is recorded, never an outcome of the handler)
+            kept = [a for a in task.attempts if a.outcome is not Outcome.LEASE_EXPIRED]
+            done = state in ("finished", "failed-for-good", "held")
+            final_attempt = kept[-1].attempt_no if kept and done else None
+            out[job] = JobState(state, words, final_attempt)
         return out

@@ -127,10 +127,13 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class JobState:
-    """A job's final state: the library's own words and their neutral meaning."""
+    """A job's final state: the library's own words and their neutral meaning, and, when
+    the library records it, the ``attempt`` (as it numbers them for the handler, the
+    probe's ``attempt``) whose outcome it kept as that state."""
 
     state: NeutralState
     words: str
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)

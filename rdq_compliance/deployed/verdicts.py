@@ -272,10 +272,20 @@ def _lost(j: _Judge, job: str, acc: Accepted | None, runs: list[_Run], final: Jo
 
 
 def _done_by(acc: Accepted | None, runs: list[_Run], final: JobState) -> _Run | None:
-    """The execution whose end the final state confirms: the first success of a finished
-    job, the first hold of a held one; for a job failed for good, the failure that used
-    its last retry (the retries asked, else its last failure)."""
+    """The execution whose end the final state confirms: the one of the attempt the
+    library says it kept (:attr:`JobState.attempt`) whose outcome makes that state; else
+    the first success of a finished job, the first hold of a held one, and for a job
+    failed for good the failure that used its last retry (the retries asked, else its
+    last failure)."""
     ended = sorted((r for r in runs if r.end is not None), key=lambda r: (r.end, r.x.exec))
+    if final.attempt is not None:
+        kept = [
+            r for r in ended
+            if r.x.attempt == final.attempt and r.x.outcome is not None
+            and _MAKES[r.x.outcome] == final.state
+        ]  # fmt: skip
+        if kept:
+            return kept[0]
     if final.state in ("finished", "held"):
         want = "succeeded" if final.state == "finished" else "held"
         return next((r for r in ended if r.x.outcome == want), None)

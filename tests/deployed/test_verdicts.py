@@ -124,6 +124,22 @@ def test_retries_are_not_runs_after_done() -> None:
     assert v.rule == "ran-after-done" and v.executions == ("e1", "e2")
 
 
+def test_the_attempt_the_library_kept_decides_which_run_made_it_done() -> None:
+    """A run that journaled a success the library never kept (its worker lost the job, e.g.
+    paused past its lease) followed by the run the library did keep is no run after done;
+    without the kept attempt the first success is taken as the one kept, and the same
+    journal is a ran-after-done."""
+    lost = Execution("e1", "j1", "w1", 100, 1.0, 1, 5.0, "succeeded")
+    kept = Execution("e2", "j1", "w2", 200, 7.0, 2, 8.0, "succeeded")
+    assert run([lost, kept], {"j1": JobState("finished", "SUCCEEDED after 2", 2)}) == []
+    (v,) = run([lost, kept], {"j1": FINISHED})
+    assert v.rule == "ran-after-done" and v.executions == ("e1", "e2")
+    # the kept attempt ran again afterwards: that is a run after done
+    again = Execution("e3", "j1", "w1", 100, 9.0, 3, 10.0, "succeeded")
+    (v,) = run([lost, kept, again], {"j1": JobState("finished", "SUCCEEDED", 2)})
+    assert v.rule == "ran-after-done" and v.executions == ("e2", "e3")
+
+
 def test_an_order_the_clocks_cannot_tell_is_not_judged() -> None:
     execs = [ex("e1", "j1", "w1", 1, 2, "succeeded"), ex("e2", "j1", "w2", 2.5, 3, "succeeded")]
     assert only(run(execs, {"j1": FINISHED}), "ran-after-done") != []
