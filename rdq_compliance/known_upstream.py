@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,10 +230,18 @@ class Scope:
 # ---- declaring ------------------------------------------------------------------------------
 
 
-def entries_from(where: str, declared: Iterable[object]) -> tuple[KnownUpstream, ...]:
+def entries_from(
+    where: str,
+    declared: Iterable[object],
+    *,
+    rule_ids: Collection[str] = RULES,
+    rules_name: str = "rdq_compliance.rules.RULES",
+) -> tuple[KnownUpstream, ...]:
     """The entries of one source (``where``: the backend, or a pyproject table), each a
     :class:`KnownUpstream` or a mapping of :data:`KEYS`; every bad one is named in one
-    ``InvalidArgument`` that says what to write instead."""
+    ``InvalidArgument`` that says what to write instead. ``rule_ids`` are the rules an
+    entry may name (``rules_name`` says where they are listed): the contract's rules, or
+    the deployed checker's."""
     out: list[KnownUpstream] = []
     problems: list[str] = []
     for n, item in enumerate(declared, 1):
@@ -242,7 +250,7 @@ def entries_from(where: str, declared: Iterable[object]) -> tuple[KnownUpstream,
         if isinstance(fields, str):
             problems.append(f"{name}: {fields}")
             continue
-        found = _problems(fields)
+        found = _problems(fields, rule_ids, rules_name)
         if found:
             problems.append(f"{name}: " + "; ".join(found))
             continue
@@ -287,7 +295,7 @@ def _name(n: int, where: str, fields: dict[str, Any] | str) -> str:
     return f"entry {n} of {where}" + (f" ({', '.join(given)})" if given else "")
 
 
-def _problems(fields: Mapping[str, Any]) -> list[str]:
+def _problems(fields: Mapping[str, Any], rule_ids: Collection[str], rules_name: str) -> list[str]:
     out: list[str] = []
     out += _repository_problems(fields.get("repository"), fields.get("number"))
     out += _number_problems(fields.get("number"))
@@ -306,10 +314,10 @@ def _problems(fields: Mapping[str, Any]) -> list[str]:
     tests = _ids("tests", fields.get("tests"), out)
     rules = _ids("rules", fields.get("rules"), out)
     for rule in rules:
-        if rule not in RULES:
-            close = difflib.get_close_matches(rule, RULES, n=3, cutoff=0.6)
+        if rule not in rule_ids:
+            close = difflib.get_close_matches(rule, list(rule_ids), n=3, cutoff=0.6)
             hint = f"; close matches: {', '.join(close)}" if close else ""
-            out.append(f"rule {rule!r} is not a rule id (rdq_compliance.rules.RULES){hint}")
+            out.append(f"rule {rule!r} is not a rule id ({rules_name}){hint}")
     pattern = fields.get("pattern")
     if pattern is not None:
         if not isinstance(pattern, str) or not pattern:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rdq_compliance import registry
-from rdq_compliance.deployed import report, verdicts
+from rdq_compliance.deployed import report, upstream, verdicts
 from rdq_compliance.deployed.fleet import Fleet, WorkerFailed
 from rdq_compliance.deployed.nemesis import Nemesis
 from rdq_compliance.deployed.plan import make_plan
@@ -73,6 +73,8 @@ __all__ = [
 #: read the same kernel clock, so two times are ordered but for the harness's own lag
 #: between reading the clock and a signal taking effect, bounded here.
 LOCAL_UNCERTAINTY = 0.05
+#: The deployed checker's rule ids.
+_RULE_IDS = tuple(r.id for r in verdicts.RULES)
 #: The states a job ends in.
 SETTLED = frozenset({"finished", "failed-for-good", "held"})
 #: Seconds between two reads of the final states during the drain.
@@ -92,7 +94,7 @@ def load(system_name: str, profile_name: str) -> tuple[DeployedSystem, Profile]:
         system = load_system(system_name)
     except UnknownSystem as exc:
         raise CampaignError(str(exc)) from None
-    problems = declaration_problems(system, [r.id for r in verdicts.RULES])
+    problems = declaration_problems(system, _RULE_IDS) + upstream.problems(system, _RULE_IDS)
     if problems:
         raise CampaignError(
             f"system {system_name!r} declares itself incompletely: " + "; ".join(problems)
@@ -172,7 +174,8 @@ def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
         "same kernel clock); the bound covers the harness's lag between reading it and a "
         "signal taking effect"
     )
-    result.verdicts = verdicts.judge(
+    result.known_upstream = upstream.known_upstream_of(system, _RULE_IDS)
+    judged = verdicts.judge(
         result.executions,
         result.nemesis.faults,
         result.accepted,
@@ -182,6 +185,7 @@ def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
         execution_limit=result.profile.execution_limit,
         uncertainty=result.uncertainty,
     )
+    result.verdicts = verdicts.mark_known(judged, result.known_upstream)
 
 
 def _run(
@@ -257,7 +261,7 @@ def run_campaign(
     """Run one campaign of ``scenario`` with ``seed`` on ``system`` under ``profile``,
     write its report folder ``out`` and return what it found. ``say`` is told each
     phase and the plan's lines."""
-    problems = declaration_problems(system, [r.id for r in verdicts.RULES])
+    problems = declaration_problems(system, _RULE_IDS) + upstream.problems(system, _RULE_IDS)
     if problems:
         raise CampaignError(f"{system.name} declares itself incompletely: " + "; ".join(problems))
     try:  # a scenario that cannot be planned even on a server that takes every fault

@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rdq_compliance.deployed import verdicts
+from rdq_compliance.deployed import upstream, verdicts
 from rdq_compliance.deployed.campaign import CampaignError, load, run_campaign
 from rdq_compliance.deployed.result import CampaignResult
 from rdq_compliance.deployed.scenario import BUILTIN, ScenarioError, load_scenario
@@ -101,7 +101,7 @@ def cmd_list(console: Console) -> int:
         except RdqError as exc:
             table.add_row(name, "-", f"cannot be loaded: {exc}")
             continue
-        problems = declaration_problems(system, rules)
+        problems = declaration_problems(system, rules) + upstream.problems(system, rules)
         table.add_row(name, system.name, "; ".join(problems) or "none")
     console.print(table)
     if not found:
@@ -121,7 +121,8 @@ def _line(n: int, total: int, result: CampaignResult) -> str:
     errors = len(result.nemesis.errors) + (1 if result.error else 0)
     return (
         f"campaign {n}/{total} seed {result.plan.seed}: {len(result.findings)} finding(s), "
-        f"{len(result.gaps)} gap(s); faults {done}/{planned} done, {errors} error(s); "
+        + (f"{len(result.known)} confirmed upstream, " if result.known_upstream else "")
+        + f"{len(result.gaps)} gap(s); faults {done}/{planned} done, {errors} error(s); "
         f"{len(result.accepted)} jobs; {result.timings.get('total', 0):.1f} s; "
         f"report {result.outdir}"
     )
@@ -143,6 +144,10 @@ def _summarise(console: Console, result: CampaignResult) -> None:
         console.print(f"  error: {result.error}", style="red", highlight=False, markup=False)
     for v in result.findings[:10]:
         console.print(f"  {v.message}", style="red", highlight=False, markup=False, soft_wrap=True)
+    for v in result.known[:10]:
+        console.print(
+            f"  {v.message}", style="yellow", highlight=False, markup=False, soft_wrap=True
+        )
 
 
 def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
@@ -160,7 +165,7 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         console.print(f"rdq-chaos: seed {base} (replay with --seed {base})", highlight=False)
     root = args.out or _default_out(system.name, scenario.name, base)
     status = EXIT_OK
-    findings = gaps = 0
+    findings = known = gaps = 0
     for n in range(1, args.campaigns + 1):
         seed = base + n - 1
         out = root if args.campaigns == 1 else root / f"seed{seed}"
@@ -184,6 +189,7 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
             return _error(err, str(exc), args.dsn)
         _summarise(console, result)
         findings += len(result.findings)
+        known += len(result.known)
         gaps += len(result.gaps)
         style = "red" if result.findings else "green"
         console.print(
@@ -198,7 +204,9 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         if result.findings:
             status = EXIT_FINDING
     console.print(
-        f"total: {args.campaigns} campaign(s), {findings} finding(s), {gaps} gap(s)",
+        f"total: {args.campaigns} campaign(s), {findings} finding(s), "
+        + (f"{known} confirmed upstream, " if known else "")
+        + f"{gaps} gap(s)",
         style="red" if findings else "green",
         highlight=False,
     )

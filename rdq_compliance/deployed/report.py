@@ -5,11 +5,13 @@ version, the profile (each setting's value, default and the docs line allowing i
 scenario and seed, the plan and the faults as done (with the errors of those that could
 not be), the workers' exits, the drain, the counts by behaviour and by final state, and
 every verdict (rule, finding or gap, job, executions, workers, causes, the promise's id,
-quote and link, message). ``report.md`` says it for a reader: the findings first (each
-with the promise it breaks, quoted and linked, the job, the workers, the executions'
-times and the faults in play), then the gaps (cited), then the counts, the faults and
-the exits. The folder also holds the workers' logs (``logs/``) and probe journals
-(``probe/``). The DSN appears masked (:func:`rdq_core.masking.mask_dsn`).
+quote and link, the known-upstream issue that covers it, message), and the system's
+known-upstream entries with what each covered. ``report.md`` says it for a reader: the
+findings first (each with the promise it breaks, quoted and linked, the job, the
+workers, the executions' times and the faults in play), then the findings confirmed
+upstream (the issue linked) and the entries not seen, then the gaps (cited), then the
+counts, the faults and the exits. The folder also holds the workers' logs (``logs/``)
+and probe journals (``probe/``). The DSN appears masked (:func:`rdq_core.masking.mask_dsn`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def _verdict(result: CampaignResult, v: Verdict) -> dict[str, Any]:
         "workers": list(v.workers),
         "causes": list(v.causes),
         "promise": None if p is None else {"id": p.id, "quote": p.quote, "link": p.link},
+        "known_upstream": None
+        if v.upstream is None
+        else {**v.upstream.as_json(), "mark": v.upstream.still_present()},
         "message": v.message,
     }
 
@@ -140,6 +145,16 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
         "uncertainty": {"seconds": result.uncertainty, "why": result.uncertainty_note},
         "counts": result.counts(),
         "verdicts": [_verdict(result, v) for v in result.verdicts],
+        "known_upstream": [
+            {
+                **e.as_json(),
+                "rules": list(e.rules),
+                "pattern": e.pattern,
+                "state": "still present" if e not in result.not_seen() else "not seen",
+                "count": sum(1 for v in result.known if v.upstream is e),
+            }
+            for e in result.known_upstream
+        ],
         "error": result.error,
         "timings": result.timings,
     }
@@ -161,6 +176,12 @@ def _verdict_md(result: CampaignResult, v: Verdict, n: int) -> list[str]:
         out += [_quote(v.promise.quote), ""]
     else:
         out += ["No declared promise speaks to this rule.", ""]
+    if v.upstream is not None:
+        out += [
+            f"Confirmed upstream: [{v.upstream.ref}]({v.upstream.url}) ({v.upstream.title}), "
+            "still present.",
+            "",
+        ]
     out.append(f"- workers: {', '.join(v.workers) or 'none'}")
     for x in (x for x in result.executions if x.exec in v.executions):
         ended = "no end line" if x.ended is None else f"ended +{_t(result, x.ended):.3f} s"
@@ -182,7 +203,8 @@ def markdown(result: CampaignResult) -> str:
         f"- server: {result.server_backend}, {result.server_version or 'version not said'} "
         f"({result.server_origin}; `{result.dsn}`)",
         f"- profile: {result.profile.name}; scenario {plan.scenario.name}, seed {plan.seed}",
-        f"- findings: {len(result.findings)}, gaps: {len(result.gaps)}",
+        f"- findings: {len(result.findings)}, confirmed upstream: {len(result.known)}, "
+        f"gaps: {len(result.gaps)}",
         f"- drain: {result.drain_ended_by}",
         f"- clock uncertainty: {result.uncertainty_note}",
         "- times: +N s after the fault window opened; took "
@@ -196,6 +218,20 @@ def markdown(result: CampaignResult) -> str:
         out += ["None.", ""]
     for n, v in enumerate(result.findings, 1):
         out += _verdict_md(result, v, n)
+    if result.known_upstream:
+        out += [
+            "## Confirmed upstream",
+            "",
+            "Findings the library's tracker already reports (known upstream, still present); "
+            "they do not fail the campaign.",
+            "",
+        ]
+        for n, v in enumerate(result.known, 1):
+            out += _verdict_md(result, v, n)
+        out += [
+            f"- {e.ref} ({e.title}) <{e.url}>: not seen in this campaign" for e in result.not_seen()
+        ]
+        out.append("")
     out += ["## Gaps", ""]
     if not result.gaps:
         out += ["None.", ""]

@@ -12,6 +12,7 @@ from rdq_compliance.deployed.plan import Plan
 from rdq_compliance.deployed.probe import Execution, Torn
 from rdq_compliance.deployed.system import JobState, Profile
 from rdq_compliance.deployed.verdicts import Accepted, Drain, Verdict
+from rdq_compliance.known_upstream import KnownUpstream
 
 __all__ = ["CampaignResult"]
 
@@ -48,6 +49,8 @@ class CampaignResult:
     executions: list[Execution] = field(default_factory=list)
     torn: list[Torn] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
+    #: The system's known-upstream entries the verdicts were judged against.
+    known_upstream: tuple[KnownUpstream, ...] = ()
     uncertainty: float = 0.0
     uncertainty_note: str = ""
     timings: dict[str, float] = field(default_factory=dict)
@@ -55,7 +58,18 @@ class CampaignResult:
 
     @property
     def findings(self) -> list[Verdict]:
-        return [v for v in self.verdicts if v.kind == "finding"]
+        """The findings no known-upstream entry covers: those that fail the campaign."""
+        return [v for v in self.verdicts if v.kind == "finding" and v.upstream is None]
+
+    @property
+    def known(self) -> list[Verdict]:
+        """The findings a known-upstream entry covers (confirmed upstream, still present)."""
+        return [v for v in self.verdicts if v.kind == "finding" and v.upstream is not None]
+
+    def not_seen(self) -> list[KnownUpstream]:
+        """The known-upstream entries that covered no finding of this campaign."""
+        seen = {id(v.upstream) for v in self.known}
+        return [e for e in self.known_upstream if id(e) not in seen]
 
     @property
     def gaps(self) -> list[Verdict]:
@@ -78,5 +92,9 @@ class CampaignResult:
             "accepted by behaviour": dict(sorted(by_behaviour.items())),
             "final state": dict(sorted(by_state.items())),
             "executions by outcome": dict(sorted(by_outcome.items())),
-            "verdicts": {"findings": len(self.findings), "gaps": len(self.gaps)},
+            "verdicts": {
+                "findings": len(self.findings),
+                "known upstream": len(self.known),
+                "gaps": len(self.gaps),
+            },
         }

@@ -14,7 +14,11 @@ its own client. It declares, as data and one small protocol (:class:`DeployedSys
   version, with a link, and what it implies for the verdicts of
   :mod:`rdq_compliance.deployed.verdicts`;
 - two settings profiles (:class:`Profile`): ``defaults`` (nothing shortened) and ``fast``
-  (each changed setting listed with its default and the docs line that allows it).
+  (each changed setting listed with its default and the docs line that allows it);
+- optionally, the library's known-upstream issues
+  (:class:`~rdq_compliance.known_upstream.KnownUpstream` by the deployed rules and a
+  pattern, checked by :mod:`rdq_compliance.deployed.upstream`): a finding one of them
+  covers is reported as confirmed upstream, not as a new finding.
 
 Systems are found through the ``rdq.systems`` entry points (:func:`load_system`). Nothing
 here names a library.
@@ -200,17 +204,22 @@ class Promise:
 class DeployedSystem(Protocol):
     """A queue library as deployed: what the kit needs to run, feed and read it.
 
-    Two optional class attributes, read with ``getattr``, say what the harness cannot
-    ask of every library:
+    Three optional class attributes, read with ``getattr``, say what the harness cannot
+    ask of every library, or what its tracker already knows:
 
     - ``retries_per_job = False``: the library takes no retry count per job (a budget set
       once for every job); its jobs then ask for none (``JobSpec.retries`` ``None``);
     - ``connections_in_namespace = False``: its workers' connections do not carry the kit's
       namespace (a library's own client names them its own way), so the server's
       ``cut_connections(namespace)`` would find none of them; the connection cut is then
-      listed as not run.
+      listed as not run;
+    - ``known_upstream``: :class:`~rdq_compliance.known_upstream.KnownUpstream` entries,
+      each naming a public issue of the library and covering, by deployed rule ids
+      (``rules``) and a regular expression searched in the verdict's message
+      (``pattern``), the findings that issue already reports
+      (:mod:`rdq_compliance.deployed.upstream`).
 
-    The plan says what either one changed (:mod:`rdq_compliance.deployed.plan`)."""
+    The plan says what the first two changed (:mod:`rdq_compliance.deployed.plan`)."""
 
     #: The library's name and pinned version (``"somequeue==1.2.3"``).
     name: str

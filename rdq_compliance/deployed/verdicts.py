@@ -20,20 +20,30 @@ past its time limit) are matched against the system's promises: a promise that
 ``tolerates`` the rule under one of those causes makes it a gap (within the documented
 model), citing it; otherwise a promise that ``forbids`` the rule makes it a finding,
 citing it; a rule no promise speaks to is a finding that cites none.
+
+A finding that one of the system's known-upstream entries covers (:func:`mark_known`: its
+rule among the entry's, the entry's pattern found in its message) stays a finding,
+marked ``known upstream, still present: owner/name#N (title)``: the library's tracker
+already reports it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rdq_compliance.deployed.faults import Fault, true_time
 from rdq_compliance.deployed.probe import Execution
 from rdq_compliance.deployed.system import JobState, Promise
 from rdq_compliance.rule import Rule
+
+if TYPE_CHECKING:
+    from rdq_compliance.known_upstream import KnownUpstream
 
 __all__ = [
     "HANDED_OUT_WHILE_HELD",
@@ -46,6 +56,7 @@ __all__ = [
     "Drain",
     "Verdict",
     "judge",
+    "mark_known",
 ]
 
 LOST = Rule(
@@ -114,9 +125,18 @@ class Verdict:
     promise: Promise | None
     causes: tuple[str, ...]
     detail: str
+    #: The known-upstream entry that covers this finding (:func:`mark_known`), if one does.
+    upstream: KnownUpstream | None = None
 
     @property
     def message(self) -> str:
+        if self.upstream is not None:
+            return f"{self.plain}; {self.upstream.still_present()} <{self.upstream.url}>"
+        return self.plain
+
+    @property
+    def plain(self) -> str:
+        """The message without the known-upstream mark (what an entry's pattern searches)."""
         if self.promise is None:
             why = "finding: no declared promise speaks to it"
         elif self.kind == "finding":
@@ -209,6 +229,27 @@ class _Judge:
     def over(self, first: _Run, handed: float, limit: float | None) -> bool:
         """Whether ``first`` had run past ``limit`` when its job was handed out at ``handed``."""
         return limit is not None and handed >= first.start + limit - self.u
+
+
+def mark_known(verdicts: Sequence[Verdict], entries: Sequence[KnownUpstream]) -> list[Verdict]:
+    """``verdicts`` with each finding that an entry covers marked with it (the first entry,
+    in declaration order, whose rules hold the finding's rule and whose pattern, if any,
+    is found in its message). Gaps are never marked: they are within the documented
+    model already."""
+    out = []
+    for v in verdicts:
+        entry = None
+        if v.kind == "finding":
+            entry = next(
+                (
+                    e for e in entries
+                    if v.rule in e.rules
+                    and (e.pattern is None or re.search(e.pattern, v.plain) is not None)
+                ),
+                None,
+            )  # fmt: skip
+        out.append(v if entry is None else dataclasses.replace(v, upstream=entry))
+    return out
 
 
 def _runs_list(runs: Sequence[_Run]) -> str:
@@ -381,8 +422,10 @@ def _stuck(j: _Judge, job: str, acc: Accepted | None, runs: list[_Run], final: J
     if final.state != "running":
         return
     live = [
-        r for r in runs if r.end is None and r.x.worker in j.drain.live and r.until >= j.drain.ended
-    ]
+        r for r in runs
+        if r.x.worker in j.drain.live and r.start <= j.drain.ended + j.u
+        and r.until >= j.drain.ended - j.u
+    ]  # fmt: skip
     if live:
         return
     since = runs[0].start if runs else (acc.at if acc is not None else j.drain.ended)

@@ -5,6 +5,7 @@
   claimed more than 0.5 s ago whatever its lease (bug class ``live-lease-stolen``). Its
   workers import the backend by that name, so they need the checkout root on
   ``PYTHONPATH`` (:func:`tests._paths.pythonpath`).
+- :func:`reclaim_ignores_lease_known`: the same, its double runs declared known upstream.
 - :func:`never_starts`: workers that exit before they run anything."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from rdq_compliance.deployed.control import CoreSystem
 from rdq_compliance.deployed.system import WorkerLaunch
+from rdq_compliance.known_upstream import KnownUpstream
 
 #: A scenario with no fault: two workers, three jobs that sleep past the 0.5 s the broken
 #: claim waits. A worker takes a waiting job before a running one, so once both workers
@@ -59,3 +61,18 @@ succeed = 1
 
 def never_starts() -> CoreSystem:
     return NeverStarts("sqlite")
+
+
+#: An issue that tracks the broken claim's double runs, as a library's tracker would.
+KNOWN_DOUBLE_RUN = KnownUpstream(
+    "rdq-tests/broken-sqlite", 1, "a claim takes a job whose lease is live",
+    rules=("handed-out-while-held",), pattern=r"started while .* ran",
+)  # fmt: skip
+
+
+def reclaim_ignores_lease_known() -> CoreSystem:
+    """:func:`reclaim_ignores_lease` with its double runs known upstream
+    (:data:`KNOWN_DOUBLE_RUN`)."""
+    system = reclaim_ignores_lease()
+    system.known_upstream = (KNOWN_DOUBLE_RUN,)  # type: ignore[attr-defined]
+    return system

@@ -2,7 +2,8 @@
 problems; a usage error (an unknown system, profile or scenario, an incomplete
 declaration) exits 2 with one line; a campaign with a finding exits 1 -- the control on a
 backend whose claim ignores the lease, where the finding names the rule, the job and both
-workers, and cites the promise it breaks; a campaign whose workers never start exits 2
+workers, and cites the promise it breaks, and exits 0 when the system declares that
+finding known upstream, reported confirmed; a campaign whose workers never start exits 2
 naming the worker, not with the jobs it could not run as findings."""
 
 from __future__ import annotations
@@ -91,6 +92,33 @@ def test_a_finding_exits_1_naming_the_job_and_both_workers(
     assert report.index("## Findings") < report.index("[handed-out-while-held]")
     assert report.index("[handed-out-while-held]") < report.index("## Gaps")
     assert "> At no moment may two workers both hold a live claim on the same task." in report
+
+
+def test_a_finding_known_upstream_is_reported_confirmed_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
+    scenario = tmp_path / "no-faults.toml"
+    scenario.write_text(NO_FAULTS)
+    out = tmp_path / "report"
+    system = "tests.deployed.broken_control:reclaim_ignores_lease_known"
+    argv = ["deployed", "run", system, "--scenario", str(scenario), "--seed", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert " 0 finding(s), " in printed and "confirmed upstream" in printed
+    assert "known upstream, still present: rdq-tests/broken-sqlite#1" in printed
+    data = json.loads((out / "results.json").read_text())
+    held = [v for v in data["verdicts"] if v["rule"] == "handed-out-while-held"]
+    assert held and all(v["kind"] == "finding" for v in held)
+    assert all(v["known_upstream"]["issue"] == "rdq-tests/broken-sqlite#1" for v in held)
+    (entry,) = data["known_upstream"]
+    assert entry["state"] == "still present" and entry["count"] == len(held)
+    assert data["counts"]["verdicts"]["findings"] == 0
+    report = (out / "report.md").read_text()
+    assert report.index("## Findings\n\nNone.") < report.index("## Confirmed upstream")
+    section = report[report.index("## Confirmed upstream") : report.index("## Gaps")]
+    assert "[handed-out-while-held]" in section
+    assert "Confirmed upstream: [rdq-tests/broken-sqlite#1](" in section
 
 
 def test_a_worker_that_never_starts_exits_2_naming_it(

@@ -20,6 +20,9 @@ from rdq_compliance.deployed.system import (
     link_problem,
     load_system,
 )
+from rdq_compliance.deployed.upstream import known_upstream_of, problems
+from rdq_compliance.known_upstream import KnownUpstream
+from rdq_core.errors import InvalidArgument
 from tests.deployed.toy_system import AT_LEAST_ONCE, DONE_IS_FINAL, ToySystem
 
 RULE_IDS = [r.id for r in verdicts.RULES]
@@ -118,3 +121,26 @@ def test_a_system_is_loaded_by_module_and_attribute() -> None:
     assert isinstance(system, ToySystem)
     with pytest.raises(UnknownSystem, match=r"cannot load a deployed system from 'tests\.nope:X'"):
         load_system("tests.nope:X")
+
+
+def test_a_known_upstream_entry_names_deployed_rules_and_no_test() -> None:
+    good = KnownUpstream("toy/toy", 431, "a paused worker's job runs twice",
+                         rules=("handed-out-while-held",), pattern="paused")  # fmt: skip
+    system = ToySystem(known_upstream=(good,))
+    assert problems(system, RULE_IDS) == []
+    assert known_upstream_of(system, RULE_IDS) == (dataclasses.replace(
+        good, source="toy==1.0's known_upstream"),)  # fmt: skip
+    bad = (
+        KnownUpstream("toy/toy", 1, "chaos rule", rules=("one-claim",)),
+        KnownUpstream("toy/toy", 2, "a test", tests=("test_chaos_campaign",), rules=("lost",)),
+        {"repository": "https://github.com/toy/toy/issues/3", "number": 3, "title": "url",
+         "rules": ["stuck"]},
+        KnownUpstream("toy/toy", 4, "typo", rules=("handed-out-while-hold",)),
+    )  # fmt: skip
+    (problem,) = problems(ToySystem(known_upstream=bad), RULE_IDS)
+    assert problem.startswith("known-upstream ledger: ")
+    assert "rule 'one-claim' is not a rule id (the deployed checker's rules)" in problem
+    assert 'write repository = "toy/toy"' in problem
+    assert "close matches: handed-out-while-held" in problem
+    with pytest.raises(InvalidArgument, match=r"toy/toy#2: names tests \['test_chaos_campaign'\]"):
+        known_upstream_of(ToySystem(known_upstream=bad[1:2]), RULE_IDS)

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from rdq_compliance.deployed.faults import Fault, true_time
 from rdq_compliance.deployed.probe import Execution
 from rdq_compliance.deployed.system import JobState, Promise
-from rdq_compliance.deployed.verdicts import Accepted, Drain, Verdict, judge
+from rdq_compliance.deployed.verdicts import Accepted, Drain, Verdict, judge, mark_known
+from rdq_compliance.known_upstream import KnownUpstream
 from tests.deployed.toy_system import AT_LEAST_ONCE, DONE_IS_FINAL
 
 PROMISES = (AT_LEAST_ONCE, DONE_IS_FINAL)
@@ -280,6 +281,15 @@ def test_not_stuck_while_a_live_worker_runs_it() -> None:
     assert v.rule == "stuck"
 
 
+def test_not_stuck_when_its_run_ends_after_the_drain() -> None:
+    """A live worker was running the job when the drain ended; the handler wrote its end
+    line while the workers were being stopped."""
+    assert run([ex("a", "j1", "w1", 90, 103, "succeeded")], {"j1": RUNNING}) == []
+    # a run that ended before the drain's end does not make a running job live
+    (v,) = run([ex("a", "j1", "w1", 90, 95, "succeeded")], {"j1": RUNNING})
+    assert v.rule == "stuck"
+
+
 # ---- a correct serial schedule ------------------------------------------------------------
 
 _OUTCOMES = st.sampled_from(["succeeded", "failed", "retry-asked", "held"])
@@ -331,3 +341,40 @@ def test_a_correct_serial_schedule_yields_no_verdict(history, uncertainty: float
     got = judge([*executions, *open_runs], [], accepted, final, PROMISES,
                 Drain(100.0, frozenset({"w1"})), uncertainty=uncertainty)  # fmt: skip
     assert got == [], "\n".join(v.message for v in got)
+
+
+# ---- known upstream -----------------------------------------------------------------------
+
+
+def test_a_finding_the_trackers_issue_covers_is_marked_and_stays_a_finding() -> None:
+    entry = KnownUpstream("toy/toy", 431, "a job runs twice", rules=("handed-out-while-held",),
+                          pattern=r"started while a on w1")  # fmt: skip
+    (v,) = mark_known(run(_overlap(), {"j1": FINISHED}), [entry])
+    assert v.kind == "finding" and v.upstream is entry
+    assert_names(v, "handed-out-while-held", "j1", ["w1", "w2"])
+    assert v.message.endswith(
+        "; known upstream, still present: toy/toy#431 (a job runs twice) "
+        "<https://github.com/toy/toy/issues/431>"
+    )
+    assert v.plain in v.message and "known upstream" not in v.plain
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        KnownUpstream("toy/toy", 1, "another rule", rules=("lost", "stuck")),
+        KnownUpstream("toy/toy", 2, "pattern misses", rules=("handed-out-while-held",),
+                      pattern="no such words"),
+    ],
+    ids=["rule", "pattern"],
+)  # fmt: skip
+def test_a_finding_another_issue_describes_is_not_covered(entry: KnownUpstream) -> None:
+    (v,) = mark_known(run(_overlap(), {"j1": FINISHED}), [entry])
+    assert v.kind == "finding" and v.upstream is None and "known upstream" not in v.message
+
+
+def test_a_gap_is_never_marked_known_upstream() -> None:
+    entry = KnownUpstream("toy/toy", 3, "any double run", rules=("handed-out-while-held",))
+    faults = [Fault("pause", 2, 9, targets=("w1",))]
+    (v,) = mark_known(run(_overlap(), {"j1": FINISHED}, faults=faults), [entry])
+    assert v.kind == "gap" and v.upstream is None

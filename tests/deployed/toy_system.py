@@ -60,6 +60,7 @@ class ToySystem:
             ),
         }
     )
+    known_upstream: tuple[object, ...] = ()
 
     def bind(self, dsn: str, namespace: str, workdir: str, profile: str) -> None:
         pass
