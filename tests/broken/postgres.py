@@ -165,8 +165,11 @@ class ReclaimOverwritesLateOutcome(PostgresStorage):
     between the read and the save is acknowledged, and then overwritten: READ COMMITTED
     re-reads the row the save waits for and the ``WHERE`` still matches, so the task is
     IN_FLIGHT again with a LEASE_EXPIRED attempt after the accepted one. No delay is
-    added. Each task whose row changed between the read and the save (seen by a second
-    unlocked read just before it) is appended to ``$RDQ_POSTGRES_VICTIMS``.
+    added. Just before the save a second read locks the rows (``FOR UPDATE``): a late call
+    that commits before it is overwritten, one that comes after it waits for the claim and
+    finds the new token. Each task whose row (status, claim time, due time or lease
+    expiry) changed between the two reads, the ones overwritten, is appended to
+    ``$RDQ_POSTGRES_VICTIMS``.
 
     Incident: a PostgreSQL storage written from outside the project, tried as a new user
     would, passed the whole kit while a 400-task, 8-thread script overwrote acknowledged
@@ -178,7 +181,9 @@ class ReclaimOverwritesLateOutcome(PostgresStorage):
         q = self._q
         self._lock_key = f"{q.schema}.claims"
         self._read_due = q._sql(_READ_DUE)
-        self._reread = q._sql("SELECT seq, status, claimed_at FROM {tasks} WHERE seq = ANY(%s)")
+        self._reread = q._sql(
+            "SELECT seq, status, claimed_at, due_at FROM {tasks} WHERE seq = ANY(%s) FOR UPDATE"
+        )
         self._save = q._sql(_SAVE)
 
     def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
@@ -194,9 +199,9 @@ class ReclaimOverwritesLateOutcome(PostgresStorage):
                 return []
             seqs = [r[0] for r in due]
             now = cur.execute(self._reread, (seqs,)).fetchall()
-            read = {r[0]: (r[2], r[3]) for r in due}
-            for seq, status, claimed_at in now:
-                if read[seq] != (status, claimed_at):
+            read = {r[0]: (r[2], r[3], r[4]) for r in due}
+            for seq, status, claimed_at, due_at in now:
+                if read[seq] != (status, claimed_at, due_at):
                     victim(VICTIMS_ENV, next(r[1] for r in due if r[0] == seq))
             saved = {
                 **params,
