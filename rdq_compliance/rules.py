@@ -4,7 +4,7 @@ tree) says what each one forbids and which test, machine or checker rule holds i
 
 Each rule is declared once, as a :class:`~rdq_compliance.rule.Rule` value: a rule the
 chaos checker decides in its checker module (see :mod:`rdq_compliance.chaos.checker`), a
-rule of deployed campaigns in :mod:`rdq_compliance.deployed.verdicts`, every other one
+rule of deployed campaigns in :mod:`rdq_compliance.deployed.rules`, every other one
 here (:data:`SUITE_RULES`). :data:`DECLARED` and :data:`RULES` list them
 all."""
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rdq_compliance.chaos.checker import compose
-from rdq_compliance.deployed import verdicts
+from rdq_compliance.deployed import rules as deployed_rules
 from rdq_compliance.rule import Need, Rule
 
 #: The contract the kit holds a backend to, installed beside this module.
@@ -95,7 +95,7 @@ def declare(rules: Iterable[Rule]) -> dict[str, Rule]:
 
 
 #: Every rule's declaration, by id: the chaos checker's, the others, the deployed checker's.
-DECLARED: dict[str, Rule] = declare((*compose.DECLARED, *SUITE_RULES, *verdicts.RULES))
+DECLARED: dict[str, Rule] = declare((*compose.DECLARED, *SUITE_RULES, *deployed_rules.RULES))
 #: Every rule id, with its one-line text.
 RULES: dict[str, str] = {rule: d.text for rule, d in DECLARED.items()}
 

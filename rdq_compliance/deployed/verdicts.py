@@ -5,7 +5,8 @@ nemesis's faults (:mod:`rdq_compliance.deployed.faults`), (c) the accepted jobs 
 enqueue the library's client acknowledged, :class:`Accepted`) and (d) each job's final
 state as the library reports it (:class:`~rdq_compliance.deployed.system.JobState`), with
 the drain's end and the workers alive then (:class:`Drain`). :func:`judge` returns
-:class:`Verdict` values under the rules of :data:`RULES` (the contract's section 9).
+:class:`Verdict` values under the rules of :data:`~rdq_compliance.deployed.rules.RULES`
+(the contract's section 9).
 
 Every time is compared in true time: a probe line's time from a skewed clock is taken
 back by the skew's offset first, and two times closer than ``uncertainty`` seconds are
@@ -35,15 +36,21 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from rdq_compliance.deployed.faults import Fault, true_time
 from rdq_compliance.deployed.probe import Execution
+from rdq_compliance.deployed.rules import (
+    HANDED_OUT_WHILE_HELD,
+    LOST,
+    RAN_AFTER_DONE,
+    RULES,
+    STUCK,
+    SUPERSEDED_OUTCOME,
+)
 from rdq_compliance.deployed.system import JobState, Promise
+from rdq_compliance.known_upstream import KnownUpstream
 from rdq_compliance.rule import Rule
-
-if TYPE_CHECKING:
-    from rdq_compliance.known_upstream import KnownUpstream
 
 __all__ = [
     "HANDED_OUT_WHILE_HELD",
@@ -58,32 +65,6 @@ __all__ = [
     "judge",
     "mark_known",
 ]
-
-LOST = Rule(
-    id="lost",
-    text="every accepted job is finished, failed for good or held by the end of the drain",
-)
-RAN_AFTER_DONE = Rule(
-    id="ran-after-done",
-    text="a job recorded finished, failed for good or held never runs again",
-)
-HANDED_OUT_WHILE_HELD = Rule(
-    id="handed-out-while-held",
-    text=(
-        "a job is not handed to a second execution while its first runs, within its limits, "
-        "on a live, running and connected worker"
-    ),
-)
-SUPERSEDED_OUTCOME = Rule(
-    id="superseded-outcome",
-    text="a job's final outcome never comes from an execution after its job was handed to another",
-)
-STUCK = Rule(
-    id="stuck",
-    text="no job is left running after the drain with no live worker running it",
-)
-#: The deployed checker's rules, in the order :func:`judge` reports them.
-RULES: tuple[Rule, ...] = (LOST, RAN_AFTER_DONE, HANDED_OUT_WHILE_HELD, SUPERSEDED_OUTCOME, STUCK)
 
 #: The final state each probe outcome makes, when it is the job's last word.
 _MAKES = {"succeeded": "finished", "failed": "failed-for-good", "retry-asked": "failed-for-good",

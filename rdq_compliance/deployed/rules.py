@@ -1,0 +1,43 @@
+"""The deployed checker's rules (the contract's section 9, "The deployed rules"), declared
+apart from the checker (:mod:`rdq_compliance.deployed.verdicts`) so that the kit's list of
+every rule (:mod:`rdq_compliance.rules`) can name them without importing it."""
+
+from __future__ import annotations
+
+from rdq_compliance.rule import Rule
+
+__all__ = [
+    "HANDED_OUT_WHILE_HELD",
+    "LOST",
+    "RAN_AFTER_DONE",
+    "RULES",
+    "STUCK",
+    "SUPERSEDED_OUTCOME",
+]
+
+LOST = Rule(
+    id="lost",
+    text="every accepted job is finished, failed for good or held by the end of the drain",
+)
+RAN_AFTER_DONE = Rule(
+    id="ran-after-done",
+    text="a job recorded finished, failed for good or held never runs again",
+)
+HANDED_OUT_WHILE_HELD = Rule(
+    id="handed-out-while-held",
+    text=(
+        "a job is not handed to a second execution while its first runs, within its limits, "
+        "on a live, running and connected worker"
+    ),
+)
+SUPERSEDED_OUTCOME = Rule(
+    id="superseded-outcome",
+    text="a job's final outcome never comes from an execution after its job was handed to another",
+)
+STUCK = Rule(
+    id="stuck",
+    text="no job is left running after the drain with no live worker running it",
+)
+#: The deployed checker's rules, in the order
+#: :func:`rdq_compliance.deployed.verdicts.judge` reports them.
+RULES: tuple[Rule, ...] = (LOST, RAN_AFTER_DONE, HANDED_OUT_WHILE_HELD, SUPERSEDED_OUTCOME, STUCK)
