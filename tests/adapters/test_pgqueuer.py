@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from rdq_compliance.provision.backend import ProvisionRequest
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
 from rdq_compliance.suite.helpers import wait_until
+from rdq_core.errors import BackendUnavailable
 from rdq_core.model import ErrorInfo, NewTask, Outcome, Status
 from tests._ci import missing
 from tests._proof import AttemptResult, Proof, run_seeds, seeds_from
@@ -267,6 +269,29 @@ def test_a_worker_never_hands_itself_a_job_it_still_runs(dsn, tmp_path):
         finally:
             mine.close()
             other.close()
+
+
+def test_a_session_ended_while_idle_fails_the_next_call_as_pgqueuer_would(dsn, tmp_path):
+    """pgqueuer's PsycopgDriver runs on the connection it was given and checks nothing
+    before a statement: a session the server ended while idle fails the next call, which
+    the storage reports as BackendUnavailable; the call after it connects again."""
+    with _deployed(dsn, tmp_path, "30") as (deployed, namespace):
+        storage = PgqueuerStorage(deployed, namespace)
+        try:
+            storage.enqueue(NewTask("a", "q", "h", b"x"))
+            with psycopg.connect(dsns.split(dsn)[0], autocommit=True) as admin:
+                ended = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (f"rdq:{namespace}",),
+                ).fetchone()
+            assert ended is not None and ended[0] == 1
+            time.sleep(0.5)  # the termination notice reaches the idle socket
+            with pytest.raises(BackendUnavailable):
+                storage.get("a")
+            assert storage.get("a").status is Status.PENDING
+        finally:
+            storage.close()
 
 
 def test_the_plugin_installs_pgqueuer_and_deploys_the_heartbeat_timeout(dsn, tmp_path):

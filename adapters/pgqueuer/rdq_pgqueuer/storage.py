@@ -85,9 +85,10 @@ autocommit) behind pgqueuer's ``PsycopgDriver``, driven by one asyncio loop in a
 thread per storage (:mod:`rdq_pgqueuer.bridge`); calls from several threads are served
 one at a time. ``search_path`` is the namespace (pgqueuer's objects are unqualified),
 ``application_name`` ``rdq:<namespace>`` (the kit cuts a namespace's sessions by it).
-A connection found closed, broken, or with unread input while idle (a termination
-notice) is replaced before the next call. In a forked child the parent's loop,
-connection and ``job_context`` are forgotten, never used nor closed.
+A connection a call found broken is replaced before the next call (the call itself
+fails: pgqueuer's ``PsycopgDriver`` runs each statement on the connection it was given
+and checks nothing first). In a forked child the parent's loop, connection and
+``job_context`` are forgotten, never used nor closed.
 
 **Errors.** psycopg errors and ``OSError`` become ``BackendUnavailable`` (the call may or
 may not have taken effect); nothing of psycopg or pgqueuer escapes.
@@ -100,7 +101,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -358,7 +358,7 @@ class PgqueuerStorage(Storage):
 
     async def _connection(self, action: str) -> tuple[Queries, psycopg.AsyncConnection[Any]]:
         conn = self._conn
-        if conn is not None and (conn.closed or conn.broken or _has_input(conn)):
+        if conn is not None and (conn.closed or conn.broken):
             await self._forget()
             conn = None
         if conn is None or self._queries is None:
@@ -852,16 +852,6 @@ def _job(job_id: int) -> Job:
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
-
-
-def _has_input(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Whether an idle connection's socket has something to read (a termination notice:
-    the connection is about to be found dead)."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
 
 
 def _text(exc: BaseException) -> str:
