@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -292,6 +294,40 @@ def test_a_session_ended_while_idle_fails_the_next_call_as_pgqueuer_would(dsn, t
             assert storage.get("a").status is Status.PENDING
         finally:
             storage.close()
+
+
+def test_a_connection_waits_as_long_as_libpq_does(tmp_path):
+    """pgqueuer sets no connect timeout (``ConnectionSettings.connect_timeout`` defaults to
+    None; libpq then waits for good) and neither does the storage: against a server that
+    accepts the TCP connection and never answers, a call is still waiting after 6 s, and
+    ends (BackendUnavailable) when the server goes away."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    storage = PgqueuerStorage(f"postgresql://postgres@127.0.0.1:{port}/test", "rdq_unused")
+    outcome: list[BaseException | None] = []
+
+    def call() -> None:
+        try:
+            storage.now()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        accepted, _ = listener.accept()
+        caller.join(6.0)
+        assert caller.is_alive(), f"the connect gave up by itself: {outcome}"
+        accepted.close()
+        listener.close()
+        caller.join(30.0)
+        assert not caller.is_alive() and isinstance(outcome[0], BackendUnavailable), outcome
+    finally:
+        listener.close()
+        storage.close()
 
 
 def test_the_plugin_installs_pgqueuer_and_deploys_the_heartbeat_timeout(dsn, tmp_path):

@@ -85,6 +85,9 @@ autocommit) behind pgqueuer's ``PsycopgDriver``, driven by one asyncio loop in a
 thread per storage (:mod:`rdq_pgqueuer.bridge`); calls from several threads are served
 one at a time. ``search_path`` is the namespace (pgqueuer's objects are unqualified),
 ``application_name`` ``rdq:<namespace>`` (the kit cuts a namespace's sessions by it).
+No connect timeout of the adapter's own: pgqueuer sets none (its ``ConnectionSettings``
+default ``connect_timeout=None``, ``PGQUEUER_CONNECT_TIMEOUT`` unset), so libpq waits as
+long as the DSN's ``connect_timeout`` or ``PGCONNECT_TIMEOUT`` says, by default for good.
 A connection a call found broken is replaced before the next call (the call itself
 fails: pgqueuer's ``PsycopgDriver`` runs each statement on the connection it was given
 and checks nothing first). In a forked child the parent's loop, connection and
@@ -149,8 +152,6 @@ CLOCK_DESCRIPTION = (
     "postgres now() (pgqueuer's NOW() in its own statements: execute_after, heartbeat, "
     "the stale test)"
 )
-#: Seconds to wait for a connection unless the DSN says (``connect_timeout``).
-CONNECT_TIMEOUT_S = 5
 #: The header the adapter adds to a job: the rdq handler.
 HANDLER_HEADER = "rdq.handler"
 _MAYBE = "the call may or may not have taken effect"
@@ -386,8 +387,6 @@ class PgqueuerStorage(Storage):
             "client_encoding": "utf8",
             "options": options,
         }
-        if "connect_timeout" not in given:
-            kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
         return kwargs
 
     async def _forget(self) -> None:
