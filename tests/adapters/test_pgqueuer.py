@@ -453,8 +453,11 @@ def _proof(
 
 
 def _reproduce(name: str) -> subprocess.CompletedProcess[str]:
+    """The reproducer, its heartbeat_timeout shortened from pgqueuer's 30 s to 1 s (its
+    ``HEARTBEAT_TIMEOUT``: the worker's freeze only has to outlast it)."""
     env = dict(os.environ)
     env.setdefault("PGDSN", dsns.split(DSN)[0])
+    env["HEARTBEAT_TIMEOUT"] = "1"
     return subprocess.run(
         [sys.executable, str(FINDINGS / f"{name}.py")],
         capture_output=True, text=True, timeout=60, env=env,
@@ -546,7 +549,7 @@ def test_finding_01_a_stale_retry_takes_a_live_claim(pgqueuer_session, tmp_path_
     _proof(pgqueuer_session, tmp_path_factory, name)
     run = _reproduce(name)
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "PRESENT: C holds the job B is still running and heartbeating" in run.stdout
+    assert "PRESENT: C held the job B was still running and heartbeating" in run.stdout
 
 
 def test_finding_02_a_stale_retry_resurrects_a_held_job(pgqueuer_session, tmp_path_factory):
