@@ -3,6 +3,9 @@
 - the adapter's own pieces: the heartbeat-timeout option carried in the DSN, the history
   read from ``pgqueuer_log`` (crafted logs), the plugin's server (pgqueuer installed in
   each namespace, the option in the DSN it hands out);
+- what the adapter keeps as pgqueuer's own worker does, and adds nothing to: one storage
+  is one ``QueueManager`` with its ``job_context`` (its own re-pick of a job it still runs
+  is skipped), no check of an idle connection before a call, no connect timeout;
 - the ledger: a few of its gaps, run through the kit, are reported as expected failures
   (and a ledger key that names no test would be a usage error: the run would fail);
 - each finding of ``findings/pgqueuer/README.md``: the kit fails on the adapter under the
