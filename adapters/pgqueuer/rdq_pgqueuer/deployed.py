@@ -96,7 +96,7 @@ STALLED_WORKER = Promise(
         "finish. This is the duplicate-run case ADR-0004 already requires entrypoints to "
         "tolerate."
     ),
-    link=f"{DOCS}/adr/ADR-0005-worker-liveness-is-application-signal.md#L96-L121",
+    link=f"{DOCS}/adr/ADR-0005-worker-liveness-is-application-signal.md#L19-L44",
     delivery="at-least-once",
     tolerates={
         "handed-out-while-held": _STALL,
