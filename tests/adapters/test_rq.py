@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,11 +34,12 @@ redis = pytest.importorskip("redis")
 from rdq_rq import dsn as dsns  # noqa: E402
 from rdq_rq.names import Names, escape, key_patterns, unescape  # noqa: E402
 from rdq_rq.plugin import RqBackend  # noqa: E402
+from rq.job import Job, JobStatus  # noqa: E402
 
 from rdq_compliance.provision.backend import ProvisionRequest  # noqa: E402
 from rdq_compliance.rules import RULES  # noqa: E402
 from rdq_core.errors import InvalidArgument  # noqa: E402
-from rdq_core.model import ByIds, ErrorInfo, NewTask  # noqa: E402
+from rdq_core.model import ByIds, ErrorInfo, NewTask, Status  # noqa: E402
 from tests._ci import missing  # noqa: E402
 from tests._proof import AttemptResult, Proof, run_seeds  # noqa: E402
 
@@ -170,6 +172,74 @@ def test_the_ledger_is_one_the_kit_accepts(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+
+
+# ---- the adapter reports as rq's worker does ------------------------------------------------
+
+#: A database of :data:`DSN`'s server for the runs of rq's own workers below (the
+#: reproducers use 11 to 13); every key they write carries a random tag and is deleted.
+RQ_DB = 14
+
+
+def _delete_own_job() -> str:
+    """An rq job function that deletes its own job while it runs (``Job.delete``, as a
+    user's code or a dashboard may), then returns."""
+    current = rq.get_current_job()
+    assert current is not None
+    current.delete()
+    return "done"
+
+
+def _drop_tagged(client: redis.Redis, tag: str) -> None:
+    for key in client.scan_iter(match=f"*{tag}*", count=1000):
+        client.delete(key)
+    for shared in ("rq:queues", "rq:workers"):
+        for member in client.smembers(shared):
+            if tag.encode() in member:
+                client.srem(shared, member)
+
+
+def test_an_outcome_writes_a_job_deleted_meanwhile_again_as_rqs_work_horse_does(tmp_path):
+    """rq's work horse reports with the ``Job`` object its worker dequeued: a job deleted
+    while it ran is written again, FINISHED, by ``_handle_success`` (``Job.save``). Shown
+    here with rq's own ``SimpleWorker``; the adapter's ``complete`` with the claim's token
+    does the same -- it neither refuses the report nor reads the job again."""
+    _need_server()
+    client = redis.Redis.from_url(_db_url(RQ_DB))
+    tag = f"rdqrq{uuid.uuid4().hex[:10]}"
+    try:
+        queue = rq.Queue(tag, connection=client)
+        job = queue.enqueue(_delete_own_job, job_id=f"{tag}-job", result_ttl=-1)
+        rq.SimpleWorker([queue], connection=client, name=f"{tag}-w").work(
+            burst=True, logging_level="WARNING"
+        )
+        again = Job.fetch(job.id, connection=client)
+        assert (again.get_status(), job.id in queue.finished_job_registry) == (
+            JobStatus.FINISHED,
+            True,
+        ), "rq's own worker no longer writes a job deleted while it ran: revisit this test"
+    finally:
+        _drop_tagged(client, tag)
+        client.close()
+
+    backend = RqBackend()
+    server = backend.provision(ProvisionRequest(workdir=tmp_path, dsn=DSN))
+    admin = redis.Redis.from_url(DSN)
+    try:
+        ns = server.create_namespace()
+        with backend.open(server.dsn, ns) as storage:
+            storage.enqueue(NewTask("t", "q", "h", b"p"))
+            claim = storage.claim_due("q", 1, timedelta(seconds=5))[0]
+            Job.fetch(Names(ns).job_id("t"), connection=admin).delete()
+            storage.complete("t", claim.token)  # rq's horse: no refusal, no fresh read
+            assert storage.get("t").status is Status.SUCCEEDED
+            job_id = Names(ns).job_id("t")
+            finished = rq.Queue(Names(ns).queue("q"), connection=admin).finished_job_registry
+            assert job_id in finished
+        server.drop_namespace(ns)
+    finally:
+        admin.close()
+        server.close()
 
 
 # ---- the findings -----------------------------------------------------------------------------

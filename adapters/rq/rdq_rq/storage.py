@@ -14,19 +14,21 @@ logic runs in-process, driven call by call the way rq's own work loop drives it.
    or rq's read-only calls (``Job.fetch``, ``Result.restore``), never a read rq turns into
    a write (``registry.get_job_ids()`` / ``count`` with their default ``cleanup=True``);
 2. the adapter **never checks a token or a status itself** and adds no lock, guard or
-   retry rq lacks: rq's only refusal on the outcome path is that the job no longer exists
-   (``NoSuchJobError``), which becomes ``StaleClaim``; whatever rq accepts is reported
-   accepted (rq's outcome calls take the ``Job`` and ``Execution`` objects they are handed
-   and check neither: that is what the kit's fencing tests measure);
+   retry rq lacks: rq's outcome calls take the ``Job`` and ``Execution`` objects they are
+   handed and check neither, and whatever rq accepts is reported accepted (that is what
+   the kit's fencing tests measure);
 3. a claim's **token is rq's execution id** (``Execution.id``, ``uuid4().hex``: 32
    lowercase hex digits, the id rq writes into ``rq:wip:<queue>`` as ``<job id>:<execution
-   id>`` and into every ``Result``). A report rebuilds what the reporting rq worker holds
-   in memory: its ``Execution`` (that id, the job id, the claim's start and worker name:
-   kept per storage for the claims it made, else read from ``rq:execution:<job>:<id>``
-   while rq keeps it) and the job, re-read with ``Job.fetch`` as rq's ``SpawnWorker`` horse
-   does, with the ``started_at`` and ``worker_name`` the claiming worker set on its copy
-   (``Job.prepare_for_execution``). So a stale holder presents exactly what a stale rq
-   worker would;
+   id>`` and into every ``Result``). A report is made with what the claiming rq worker
+   holds in memory, as rq's forked work horse reports: that ``Worker``, the ``Job`` object
+   its dequeue returned and ``prepare_job_execution`` prepared, its ``Queue`` and its
+   ``Execution`` -- never a fresh read of the job, so a job deleted meanwhile is written
+   again by the outcome, as rq's horse writes it (``Job.save`` in ``_handle_success``). The
+   horse's memory ends with its outcome: a later report with the same token, or a token
+   this storage never handed out (reports no rq worker makes), is made with what rq keeps
+   in Redis instead -- the job read with ``Job.fetch`` (rq's ``NoSuchJobError`` when it is
+   gone, which the SPI names ``StaleClaim``) and an ``Execution`` of that id with the
+   start and worker name ``rq:execution:<job>:<id>`` still holds;
 4. **stale-work recovery runs as a deployed worker runs it**: rq's maintenance
    (``Worker.run_maintenance_tasks`` -> ``clean_registries``: ``StartedJobRegistry.cleanup``
    re-enqueues an execution whose heartbeat TTL ran out, or fails it with
@@ -158,7 +160,7 @@ CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 11.0
 #: Where headers live in the job's ``meta``.
 HEADERS_META = "rdq_headers"
-#: How many claims a storage remembers (the reporting worker's in-memory Execution).
+#: How many claims a storage holds in memory (what each claiming worker's horse holds).
 HELD_CLAIMS = 65_536
 #: What rq's abandoned-job cleanup writes as the failure (registry.py L318-320).
 ABANDONED_PREFIX = "Moved to FailedJobRegistry, due to AbandonedJobError"
@@ -184,10 +186,14 @@ _TERMINAL_RESULTS = (
 
 @dataclass(frozen=True)
 class _Held:
-    """What the worker that made a claim keeps in memory about it."""
+    """What an rq worker holds in memory about a job it took, as its forked work horse
+    inherits it: the worker, the ``Job`` object of its dequeue (as ``prepare_job_execution``
+    left it), the queue and the execution."""
 
-    claimed_at: datetime
-    worker_name: str
+    worker: Worker
+    job: Job
+    queue: Queue
+    execution: Execution
 
 
 # ---- rq's swallowed errors -----------------------------------------------------------------
@@ -332,45 +338,44 @@ class RqStorage(Storage):
             while len(self._held) > HELD_CLAIMS:
                 self._held.popitem(last=False)
 
-    def _held_claim(self, job_id: str, token: str) -> _Held | None:
-        """What the reporting worker holds about this execution: this storage's memory of
-        its claim, else rq's execution hash while rq keeps it (its TTL is the lease)."""
+    def _forget(self, token: str) -> None:
+        """The horse that held ``token`` reported its outcome and exited."""
         with self._lock:
-            held = self._held.get(token)
-        if held is not None:
-            return held
-        record = self._client.hgetall(Execution(token, job_id, self._client).key)
-        created = record.get(b"created_at")
-        if not created:
-            return None
-        name = record.get(b"worker_name", b"").decode("utf-8", "replace")
-        return _Held(datetime.fromtimestamp(float(created), UTC), name)
+            self._held.pop(token, None)
 
     def _report(self, task_id: str, token: str) -> tuple[Worker, Job, Queue, Execution]:
-        """The worker, job, queue and execution a worker reporting on ``token`` holds."""
+        """The worker, job, queue and execution a report on ``token`` is made with: what the
+        claiming worker holds in memory (no read), else what rq keeps in Redis."""
         job_id = self.names.job_id(task_id)
+        with self._lock:
+            held = self._held.get(token)
+        if held is not None and held.job.id == job_id:
+            return held.worker, held.job, held.queue, held.execution
+        return self._kept(task_id, job_id, token)
+
+    def _kept(self, task_id: str, job_id: str, token: str) -> tuple[Worker, Job, Queue, Execution]:
+        """For a report no rq worker makes (module docstring, rule 3): the job as
+        ``Job.fetch`` reads it and an ``Execution`` of ``token``, with the start and worker
+        name of ``rq:execution:<job>:<token>`` while rq keeps that hash."""
         try:
             job = Job.fetch(job_id, connection=self._client)
         except NoSuchJobError:
             raise StaleClaim(
-                f"task {task_id!r}: rq has no job {job_id!r} (NoSuchJobError): no claim of it "
-                "is current"
+                f"task {task_id!r}: rq has no job {job_id!r} (NoSuchJobError from Job.fetch)"
             ) from None
         worker = self._worker(job.origin)
-        queue = worker.queues[0]
-        held = self._held_claim(job_id, token)
-        execution = Execution(
-            token, job_id, self._client, worker_name=held.worker_name if held else ""
-        )
-        if held is not None:
-            execution.created_at = held.claimed_at
-            # the claiming worker's copy of the job (Job.prepare_for_execution)
-            job.started_at = held.claimed_at
-            if held.worker_name:
-                job.worker_name = held.worker_name
+        record = self._client.hgetall(Execution(token, job_id, self._client).key)
+        name = record.get(b"worker_name", b"").decode("utf-8", "replace")
+        execution = Execution(token, job_id, self._client, worker_name=name)
+        created = record.get(b"created_at")
+        if created:
+            execution.created_at = datetime.fromtimestamp(float(created), UTC)
+            job.started_at = execution.created_at
+            if name:
+                job.worker_name = name
         elif job.started_at is None:
             job.started_at = execution.created_at
-        return worker, job, queue, execution
+        return worker, job, worker.queues[0], execution
 
     # ---- producer --------------------------------------------------------------------------
 
@@ -431,10 +436,10 @@ class RqStorage(Storage):
                 got = worker.dequeue_job_and_maintain_ttl(None)
                 if got is None:
                     break
-                job, _queue = got
+                job, rq_q = got
                 execution = worker.prepare_execution(job)
                 worker.prepare_job_execution(job, remove_from_intermediate_queue=True)
-                self._remember(execution.id, _Held(execution.created_at, worker.name))
+                self._remember(execution.id, _Held(worker, job, rq_q, execution))
                 made.append((job.id, execution, worker.queues[0].started_job_registry.key))
             claims = []
             for job_id, execution, wip in made:
@@ -469,6 +474,7 @@ class RqStorage(Storage):
         with self._errors("complete"):
             worker, job, queue, execution = self._report(task_id, token)
             worker._finalize_success(job, queue, execution, None)
+        self._forget(token)
 
     def _reschedule(
         self, task_id: str, token: str, delay: timedelta, error: ErrorInfo | None
@@ -482,6 +488,7 @@ class RqStorage(Storage):
         with self._errors("reschedule"):
             worker, job, queue, execution = self._report(task_id, token)
             worker._finalize_success(job, queue, execution, Retry(max=RETRY_MAX, interval=interval))
+        self._forget(token)
 
     def _dead_letter(
         self, task_id: str, token: str, error: ErrorInfo | None, outcome: Outcome
@@ -510,6 +517,7 @@ class RqStorage(Storage):
                     f"{self.where}: dead_letter: rq logged that it failed to persist the "
                     f"failure ({type(exc).__name__}: {exc}); the outcome is unknown"
                 )
+        self._forget(token)
 
     # ---- reading --------------------------------------------------------------------------------
 
