@@ -242,6 +242,45 @@ def test_an_outcome_writes_a_job_deleted_meanwhile_again_as_rqs_work_horse_does(
         server.close()
 
 
+#: The redis-py settings that decide retries and timeouts of a connection.
+REDIS_SETTINGS = (
+    "retry",
+    "retry_on_error",
+    "retry_on_timeout",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "health_check_interval",
+    "client_name",
+)
+
+
+def test_the_storage_connects_as_rqs_cli_does(tmp_path):
+    """rq's CLI connects with ``redis.Redis.from_url(url)`` (``CliConfig.connection``) and
+    leaves redis-py's retry and timeout settings as redis-py has them, but for the socket
+    timeout its ``Worker`` raises when it is built. The adapter's client is made the same
+    way: named ``rdq:<namespace>``, no setting of its own beside that."""
+    _need_server()
+    backend = RqBackend()
+    server = backend.provision(ProvisionRequest(workdir=tmp_path, dsn=DSN))
+    try:
+        ns = server.create_namespace()
+        with backend.open(server.dsn, ns) as storage:
+            storage.enqueue(NewTask("t", "q", "h"))
+            storage.claim_due("q", 1, timedelta(seconds=5))  # builds the thread's rq Worker
+            ours = storage._client.connection_pool.connection_kwargs
+            got = {key: ours.get(key) for key in REDIS_SETTINGS}
+        reference = redis.Redis.from_url(dsns.parse(server.dsn).url, client_name=f"rdq:{ns}")
+        rq.Worker([Names(ns).queue("q")], connection=reference, worker_ttl=16,
+                  prepare_for_work=False)  # fmt: skip
+        theirs = reference.connection_pool.connection_kwargs
+        assert got == {key: theirs.get(key) for key in REDIS_SETTINGS}
+        reference.close()
+        server.drop_namespace(ns)
+    finally:
+        server.close()
+
+
 # ---- the findings -----------------------------------------------------------------------------
 
 #: A zombie: one of three workers is SIGSTOPped 2.5 s in, while it runs a task of 4-5 s,

@@ -53,7 +53,7 @@ registry.py L310-315). One ``rq.Worker`` per (storage, thread, queue), listening
 one queue (so rq dequeues with ``LMOVE`` into its intermediate list), never forked:
 ``prepare_for_work=False`` so that rq does not rename the storage's connection
 (``CLIENT SETNAME``), with ``worker_ttl=16`` (rq raises the client's socket timeout to
-``worker_ttl - 15 + 10`` = 11 s: the adapter never blocks in ``BLMOVE``).
+``worker_ttl - 15 + 10`` = 11 s; the adapter never blocks in ``BLMOVE``).
 
 **SPI -> rq** (each hook's docstring says more):
 
@@ -89,6 +89,12 @@ on): the adapter listens to rq's ``rq.worker`` log for it during a report. rq's 
 reconnect loop in ``dequeue_job_and_maintain_ttl`` (sleep 1, 2, 4 ... 60 s and try again
 on a connection error) is rq's and stays: a claim waits for the server.
 
+**Connection.** ``redis.Redis.from_url(url)``, as rq's CLI makes its connection
+(``get_redis_from_config`` / ``CliConfig.connection``, ``rq/cli/helpers.py``), named
+``rdq:<namespace>`` and otherwise left at redis-py's defaults: the adapter sets no retry,
+timeout or health check of its own. rq's ``Worker`` raises the socket timeout itself when
+it is built (``_set_connection``: ``worker_ttl - 15 + 10`` = 11 s here).
+
 **Storage half.** This module and what it builds on (``names``, ``dsn``, ``admin``)
 import only the standard library, :mod:`rdq_core`, rq and redis-py.
 """
@@ -110,8 +116,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry as RedisRetry
 from rq import Queue, Retry, Worker
 from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
 from rq.executions import Execution, ExecutionRegistry
@@ -154,10 +158,6 @@ RETRY_MAX = 10**9
 FAILURE_TTL = 10 * 365 * 86_400
 #: ``worker_ttl`` of the adapter's workers (see the module docstring).
 WORKER_TTL = 16
-#: Seconds to wait for a TCP connection / for a reply (rq sets the same reply timeout
-#: itself from ``worker_ttl``).
-CONNECT_TIMEOUT_S = 5.0
-SOCKET_TIMEOUT_S = 11.0
 #: Where headers live in the job's ``meta``.
 HEADERS_META = "rdq_headers"
 #: How many claims a storage holds in memory (what each claiming worker's horse holds).
@@ -245,17 +245,10 @@ class RqStorage(Storage):
         self.names = Names(namespace)
         self.where = f"rq on redis {self.target.masked!r}"
         self.lease = timedelta(seconds=self.target.lease_s)
-        # One client (one pool) for everything this storage does; every connection is named
-        # ``rdq:<namespace>`` (the kit's cut_connections fault finds them by that name) and
-        # redis-py never resends a command on its own.
-        self._client = redis.Redis.from_url(
-            self.target.url,
-            client_name=f"rdq:{namespace}",
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            retry=RedisRetry(NoBackoff(), 0),
-            health_check_interval=0,
-        )
+        # One client (one pool) for everything this storage does, made as rq's CLI makes
+        # its own (module docstring, "Connection"); every connection is named
+        # ``rdq:<namespace>``: the kit's cut_connections fault finds them by that name.
+        self._client = redis.Redis.from_url(self.target.url, client_name=f"rdq:{namespace}")
         self._local = threading.local()
         self._lock = threading.Lock()
         self._workers: list[Worker] = []
