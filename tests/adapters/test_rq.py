@@ -14,6 +14,7 @@ three reproducers) side by side, about 75 s in all.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -35,6 +36,7 @@ from rdq_rq import dsn as dsns  # noqa: E402
 from rdq_rq.names import Names, escape, key_patterns, unescape  # noqa: E402
 from rdq_rq.plugin import RqBackend  # noqa: E402
 from rq.job import Job, JobStatus  # noqa: E402
+from rq.registry import FailedJobRegistry  # noqa: E402
 
 from rdq_compliance.provision.backend import ProvisionRequest  # noqa: E402
 from rdq_compliance.rules import RULES  # noqa: E402
@@ -240,6 +242,72 @@ def test_an_outcome_writes_a_job_deleted_meanwhile_again_as_rqs_work_horse_does(
     finally:
         admin.close()
         server.close()
+
+
+class _Records(logging.Handler):
+    """Keeps every record of the logger it is added to."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_dead_letter_logs_and_carries_on_as_rqs_failure_path_does(tmp_path):
+    """rq's failure path, ``Worker._finalize_failure``, logs the exception the job raised
+    (``handle_exception``); when ``handle_job_failure`` cannot persist the failure it logs
+    "failed to persist failure of job ..." and carries on. The adapter's ``dead_letter``
+    takes that path: both of rq's records, and no error of the adapter's own (here the
+    queue's FailedJobRegistry key holds a string, so rq's ``ZADD`` into it fails)."""
+    _need_server()
+    backend = RqBackend()
+    server = backend.provision(ProvisionRequest(workdir=tmp_path, dsn=DSN))
+    admin = redis.Redis.from_url(DSN)
+    records = _Records()
+    log = logging.getLogger("rq.worker")
+    try:
+        ns = server.create_namespace()
+        with backend.open(server.dsn, ns) as storage:
+            storage.enqueue(NewTask("t", "q", "h"))
+            claim = storage.claim_due("q", 1, timedelta(seconds=5))[0]
+            failed = FailedJobRegistry(Names(ns).queue("q"), connection=admin).key
+            admin.set(failed, "not a sorted set")
+            log.addHandler(records)
+            try:
+                storage.dead_letter("t", claim.token, ErrorInfo("app.Boom", "went wrong"))
+            finally:
+                log.removeHandler(records)
+                admin.delete(failed)
+        server.drop_namespace(ns)
+    finally:
+        admin.close()
+        server.close()
+    said = [r.getMessage() for r in records.records]
+    assert any("exception raised while executing" in m and "app.Boom: went wrong" in m
+               for m in said), said  # fmt: skip
+    assert any("failed to persist failure of job" in m for m in said), said
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        None,
+        ErrorInfo("ValueError", "bad value"),
+        ErrorInfo("app.errors.D\u00e9lai", "d\u00e9lai: \u8d85\u65f6", "Traceback:\n  x\r\nend\n"),
+        ErrorInfo("E", "", ""),
+        ErrorInfo("E", ""),
+        ErrorInfo("a b", "m" * 100, "d" * 100),
+    ],
+)
+def test_a_dead_letter_error_reads_back_from_rqs_formatting_of_it(error):
+    """``dead_letter`` hands rq the error as the exception the job raised; rq records
+    ``format_exc_info`` of it, and that text reads back as the error given."""
+    from rdq_rq.storage import _decode_error, _raised
+    from rq.job_lifecycle import format_exc_info
+
+    assert _decode_error(format_exc_info(_raised(error))) == error
 
 
 #: The redis-py settings that decide retries and timeouts of a connection.

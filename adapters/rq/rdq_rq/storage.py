@@ -70,7 +70,8 @@ one queue (so rq dequeues with ``LMOVE`` into its intermediate list), never fork
 - ``reschedule``: ``_finalize_success`` with the job returning ``Retry(max=10**9,
   interval=ceil(delay))`` (docs/docs/results.md, "Asking RQ to Retry");
 - ``dead_letter``: ``job.retries_left = 0`` (the knob docs/docs/exceptions.md gives a
-  work-horse-killed handler), ``handle_execution_ended``, ``handle_job_failure``;
+  work-horse-killed handler), then ``_finalize_failure`` (what ``perform_job`` calls when
+  the job raised) with the error as the exception the job raised;
 - ``redrive``: ``FailedJobRegistry.requeue``; ``purge``: ``FailedJobRegistry.remove(
   delete_job=True)``; ``purge_succeeded``: ``FinishedJobRegistry.remove(delete_job=True)``;
 - ``get`` / ``dlq_list`` / ``stats``: reads of the job hash, its ``Result`` stream and
@@ -83,11 +84,12 @@ whole seconds -- for every registry score (a lease's end, a due time, a DLQ entr
 ``rq:wip`` score rq wrote, a whole second: up to 1 s short of ``claimed_at +
 fixed_lease``.
 
-**Errors.** A redis-py error is ``BackendUnavailable``; so is a redis-py error rq caught
-and only logged (``handle_job_failure`` logs a failed ``pipeline.execute()`` and carries
-on): the adapter listens to rq's ``rq.worker`` log for it during a report. rq's own
-reconnect loop in ``dequeue_job_and_maintain_ttl`` (sleep 1, 2, 4 ... 60 s and try again
-on a connection error) is rq's and stays: a claim waits for the server.
+**Errors.** A redis-py error that reaches the adapter is ``BackendUnavailable`` (the SPI
+lets no driver exception escape). An error rq catches and only logs stays rq's:
+``handle_job_failure`` logs a failed ``pipeline.execute()`` ("failed to persist failure of
+job ...") and carries on, and so does ``dead_letter``. rq's own reconnect loop in
+``dequeue_job_and_maintain_ttl`` (sleep 1, 2, 4 ... 60 s and try again on a connection
+error) is rq's and stays: a claim waits for the server.
 
 **Connection.** ``redis.Redis.from_url(url)``, as rq's CLI makes its connection
 (``get_redis_from_config`` / ``CliConfig.connection``, ``rq/cli/helpers.py``), named
@@ -113,6 +115,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from types import TracebackType
 from typing import Any
 
 import redis
@@ -194,38 +197,6 @@ class _Held:
     job: Job
     queue: Queue
     execution: Execution
-
-
-# ---- rq's swallowed errors -----------------------------------------------------------------
-
-
-class _LoggedErrors(logging.Handler):
-    """Collects, per thread and only while asked, the redis-py errors rq logs instead of
-    raising (``handle_job_failure``: "failed to persist failure of job ...")."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.ERROR)
-        self.local = threading.local()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        seen = getattr(self.local, "seen", None)
-        if seen is None or record.thread != threading.get_ident() or not record.exc_info:
-            return
-        exc = record.exc_info[1]
-        if isinstance(exc, redis.RedisError):
-            seen.append(exc)
-
-    @contextlib.contextmanager
-    def watch(self) -> Iterator[list[BaseException]]:
-        self.local.seen = seen = []
-        try:
-            yield seen
-        finally:
-            self.local.seen = None
-
-
-_LOGGED = _LoggedErrors()
-logging.getLogger("rq.worker").addHandler(_LOGGED)
 
 
 # ---- the storage ------------------------------------------------------------------------------
@@ -486,30 +457,18 @@ class RqStorage(Storage):
     def _dead_letter(
         self, task_id: str, token: str, error: ErrorInfo | None, outcome: Outcome
     ) -> None:
-        """What ``_finalize_failure`` does, with ``job.retries_left = 0`` first (else the
-        enqueue's Retry would re-enqueue it): ``handle_execution_ended``, then
-        ``handle_job_failure`` (status failed, FailedJobRegistry, a FAILED result whose
-        ``exc_string`` is ``"<type>: <message>"`` and the detail on the lines below).
-        ``outcome`` has no place in rq (a FAILED result is a FAILED result)."""
+        """``job.retries_left = 0`` (else the enqueue's Retry would re-enqueue it), then
+        ``Worker._finalize_failure`` with ``error`` as the exception the job raised
+        (:func:`_raised`): rq logs it (``handle_exception``), runs the job's failure callback
+        (none) and ``handle_job_failure`` (status failed, FailedJobRegistry, a FAILED result
+        whose ``exc_string`` is rq's formatting of that exception, ``"<type>: <message>"``
+        and the detail on the lines below). When rq fails to persist the failure it logs
+        that and carries on, and so does this call. ``outcome`` has no place in rq (a FAILED
+        result is a FAILED result)."""
         with self._errors("dead_letter"):
             worker, job, queue, execution = self._report(task_id, token)
             job.retries_left = 0
-            job._status = JobStatus.FAILED
-            worker.handle_execution_ended(job, queue, job.failure_callback_timeout)
-            with _LOGGED.watch() as logged:
-                worker.handle_job_failure(
-                    job=job,
-                    queue=queue,
-                    started_job_registry=queue.started_job_registry,
-                    exc_string=_encode_error(error),
-                    execution=execution,
-                )
-            if logged:
-                exc = logged[0]
-                raise BackendUnavailable(
-                    f"{self.where}: dead_letter: rq logged that it failed to persist the "
-                    f"failure ({type(exc).__name__}: {exc}); the outcome is unknown"
-                )
+            worker._finalize_failure(job, queue, execution, _raised(error))
         self._forget(token)
 
     # ---- reading --------------------------------------------------------------------------------
@@ -797,17 +756,28 @@ def _from_score(score: float) -> datetime:
     return datetime.fromtimestamp(float(score), UTC)
 
 
-def _encode_error(error: ErrorInfo | None) -> str:
-    """An exc_string: ``"<type>: <message>"``, the detail on the lines below."""
-    if error is None:
-        return ""
-    text = f"{error.type}: {error.message}"
-    if error.detail is not None:
-        text += "\n" + error.detail
-    return text
+def _raised(
+    error: ErrorInfo | None,
+) -> tuple[type[BaseException], BaseException, TracebackType | None]:
+    """``error`` as the ``exc_info`` of an exception the job raised: an exception class
+    named ``error.type`` (module ``builtins``, so that rq's ``traceback.format_exception``
+    writes the bare name) whose text is the message, the detail on the lines below; rq
+    records it as ``"<type>: <message>\n<detail>\n"``. No error is an exception of an
+    empty name and text, which rq records as ``"\n"``."""
+    name = "" if error is None else error.type
+    text = ""
+    if error is not None:
+        text = error.message if error.detail is None else f"{error.message}\n{error.detail}"
+    kind = type(name, (Exception,), {"__module__": "builtins", "__qualname__": name})
+    return kind, kind(text), None
 
 
 def _decode_error(text: str | None) -> ErrorInfo | None:
+    """An ``exc_string`` as an error: the type before the first ``": "`` of the first
+    line, the message after it, the lines below as the detail; the one newline
+    ``traceback.format_exception`` ends its text with is not part of it."""
+    if text and text.endswith("\n"):
+        text = text[:-1]
     if not text:
         return None
     first, newline, rest = text.partition("\n")
