@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -308,6 +309,49 @@ def test_a_dead_letter_error_reads_back_from_rqs_formatting_of_it(error):
     from rq.job_lifecycle import format_exc_info
 
     assert _decode_error(format_exc_info(_raised(error))) == error
+
+
+def test_a_worker_whose_scheduler_is_busy_does_not_hold_up_another_workers_claim(
+    tmp_path, monkeypatch
+):
+    """rq's only lock around its scheduler is the queue's lock in Redis
+    (``RQScheduler.acquire_locks``): a worker that does not get it goes on to dequeue. So a
+    claim on one thread goes on while another thread's scheduler holds the lock and is
+    still promoting (held here inside ``enqueue_scheduled_jobs``)."""
+    _need_server()
+    from rq.scheduler import RQScheduler
+
+    entered, release = threading.Event(), threading.Event()
+    promote = RQScheduler.enqueue_scheduled_jobs
+
+    def held(self: RQScheduler) -> None:
+        if threading.current_thread().name == "promoter":
+            entered.set()
+            release.wait(120)
+        promote(self)
+
+    monkeypatch.setattr(RQScheduler, "enqueue_scheduled_jobs", held)
+    backend = RqBackend()
+    server = backend.provision(ProvisionRequest(workdir=tmp_path, dsn=DSN))
+    try:
+        ns = server.create_namespace()
+        with backend.open(server.dsn, ns) as storage, ThreadPoolExecutor(1) as other:
+            storage.enqueue(NewTask("due", "q", "h"))
+            promoter = threading.Thread(
+                target=storage.claim_due, args=("q", 1, timedelta(seconds=5)), name="promoter"
+            )
+            promoter.start()
+            try:
+                assert entered.wait(60), "the promoter thread never reached rq's scheduler"
+                claim = other.submit(storage.claim_due, "q", 1, timedelta(seconds=5))
+                got = claim.result(timeout=60)
+            finally:
+                release.set()
+                promoter.join(120)
+            assert [c.task_id for c in got] == ["due"]
+        server.drop_namespace(ns)
+    finally:
+        server.close()
 
 
 #: The redis-py settings that decide retries and timeouts of a connection.

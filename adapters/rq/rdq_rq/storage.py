@@ -8,8 +8,9 @@ logic runs in-process, driven call by call the way rq's own work loop drives it.
    ``FinishedJobRegistry.remove``), and otherwise only the ``Worker`` / ``RQScheduler``
    methods rq's own ``Worker.work()`` loop calls (``dequeue_job_and_maintain_ttl``,
    ``prepare_execution``, ``prepare_job_execution``, ``maintain_heartbeats``,
-   ``_finalize_success``, ``handle_execution_ended``, ``handle_job_failure``, the
-   scheduler's ``acquire_locks`` / ``enqueue_scheduled_jobs`` / ``release_locks``). Reads
+   ``_finalize_success``, ``_finalize_failure``, the scheduler's ``acquire_locks`` /
+   ``register_birth`` / ``enqueue_scheduled_jobs`` / ``release_locks`` /
+   ``register_death``). Reads
    are plain Redis reads of rq's keys (``ZSCORE``, ``ZRANGE``, ``LLEN``, ``XRANGE``, ...)
    or rq's read-only calls (``Job.fetch``, ``Result.restore``), never a read rq turns into
    a write (``registry.get_job_ids()`` / ``count`` with their default ``cleanup=True``);
@@ -60,10 +61,12 @@ one queue (so rq dequeues with ``LMOVE`` into its intermediate list), never fork
 - ``enqueue``: ``Queue.enqueue_call`` (due now) or ``Queue.enqueue_in`` (a delay, a
   negative one too); a ``DuplicateJobError`` is ``False`` in the same queue,
   ``IdConflict`` in another;
-- ``claim_due``: the scheduler's burst step (``acquire_locks``, ``enqueue_scheduled_jobs``,
-  ``release_locks``, as ``Worker._start_scheduler(burst=True)`` runs it), then up to
-  ``limit`` times ``dequeue_job_and_maintain_ttl(None)`` (maintenance when due, then
-  ``LMOVE``), ``prepare_execution``, ``prepare_job_execution(remove_from_intermediate_queue=True)``;
+- ``claim_due``: the scheduler's burst step (``acquire_locks``, ``register_birth``,
+  ``enqueue_scheduled_jobs``, ``release_locks``, ``register_death``, as
+  ``Worker._start_scheduler(burst=True)`` runs it, on the calling thread's own
+  ``RQScheduler``), then up to ``limit`` times ``dequeue_job_and_maintain_ttl(None)``
+  (maintenance when due, then ``LMOVE``), ``prepare_execution``,
+  ``prepare_job_execution(remove_from_intermediate_queue=True)``;
 - ``extend_lease``: ``maintain_heartbeats`` (``ZADD XX`` of the execution in ``rq:wip``);
 - ``complete``: ``_finalize_success(job, queue, execution, None)`` (what ``perform_job``
   calls when the job returned);
@@ -223,7 +226,7 @@ class RqStorage(Storage):
         self._local = threading.local()
         self._lock = threading.Lock()
         self._workers: list[Worker] = []
-        self._schedulers: dict[str, tuple[RQScheduler, threading.Lock]] = {}
+        self._schedulers: list[RQScheduler] = []
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._capabilities: Capabilities | None = None
         self._closed = False
@@ -268,32 +271,41 @@ class RqStorage(Storage):
                 self._workers.append(worker)
         return worker
 
-    def _scheduler(self, rq_queue: str) -> tuple[RQScheduler, threading.Lock]:
-        with self._lock:
-            got = self._schedulers.get(rq_queue)
-            if got is None:
-                scheduler = RQScheduler(
-                    [rq_queue],
-                    connection=self._client,
-                    logging_level=logging.WARNING,
-                    name=self.names.scheduler(uuid.uuid4().hex),
-                )
-                got = self._schedulers[rq_queue] = (scheduler, threading.Lock())
-            return got
+    def _scheduler(self, rq_queue: str) -> RQScheduler:
+        """This thread's rq scheduler on ``rq_queue``: one per worker, as each rq worker
+        started ``--with-scheduler`` has its own (made on first use; it opens a connection
+        pool of its own, with the client's settings)."""
+        schedulers: dict[str, RQScheduler] | None = getattr(self._local, "schedulers", None)
+        if schedulers is None:
+            schedulers = self._local.schedulers = {}
+        scheduler = schedulers.get(rq_queue)
+        if scheduler is None:
+            scheduler = schedulers[rq_queue] = RQScheduler(
+                [rq_queue],
+                connection=self._client,
+                logging_level=logging.WARNING,
+                name=self.names.scheduler(uuid.uuid4().hex),
+            )
+            with self._lock:
+                self._schedulers.append(scheduler)
+        return scheduler
 
     def _promote(self, rq_queue: str) -> None:
-        """rq's scheduler, one burst pass (``Worker._start_scheduler(burst=True)``): take the
-        queue's scheduler lock if nobody holds it, move the due jobs of its
-        ScheduledJobRegistry to the queue, give the lock back. Whoever holds the lock
-        promotes; a holder that died keeps it for ``interval + 60`` = 61 s."""
-        scheduler, lock = self._scheduler(rq_queue)
-        with lock:
-            scheduler.acquire_locks()
-            if scheduler.acquired_locks:
-                try:
-                    scheduler.enqueue_scheduled_jobs()
-                finally:
-                    scheduler.release_locks()
+        """rq's scheduler, one burst pass, as ``Worker._start_scheduler(burst=True)`` runs it:
+        ``acquire_locks`` (the queue's lock in Redis, if nobody holds it); when taken,
+        ``register_birth``, ``enqueue_scheduled_jobs`` (the due jobs of the
+        ScheduledJobRegistry to the queue), then ``release_locks`` and ``register_death``.
+        Whoever holds the lock promotes, the others go on to dequeue; a holder that died
+        keeps it for ``interval + 60`` = 61 s."""
+        scheduler = self._scheduler(rq_queue)
+        scheduler.acquire_locks()
+        if scheduler.acquired_locks:
+            try:
+                scheduler.register_birth()
+                scheduler.enqueue_scheduled_jobs()
+            finally:
+                scheduler.release_locks()
+                scheduler.register_death()
 
     def _remember(self, token: str, held: _Held) -> None:
         with self._lock:
@@ -733,8 +745,7 @@ class RqStorage(Storage):
                 return
             self._closed = True
             workers, self._workers = self._workers, []
-            schedulers = [s for s, _ in self._schedulers.values()]
-            self._schedulers = {}
+            schedulers, self._schedulers = self._schedulers, []
         for worker in workers:
             with contextlib.suppress(redis.RedisError):
                 worker.register_death()
