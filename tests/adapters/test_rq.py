@@ -245,6 +245,35 @@ def test_an_outcome_writes_a_job_deleted_meanwhile_again_as_rqs_work_horse_does(
         server.close()
 
 
+def test_a_job_deleted_while_a_worker_takes_it_is_still_handed_out(tmp_path, monkeypatch):
+    """Once rq's worker has dequeued a job and its horse has prepared it, the horse runs
+    the ``Job`` object it holds whatever happens to the job's hash. A claim is that job: the
+    adapter hands it out even when the job is deleted right after
+    ``prepare_job_execution`` (here by a patch of it), and drops nothing of its own."""
+    _need_server()
+    prepare = rq.Worker.prepare_job_execution
+
+    def prepared_then_deleted(self, job, remove_from_intermediate_queue=False):
+        prepare(self, job, remove_from_intermediate_queue)
+        Job.fetch(job.id, connection=self.connection).delete()
+
+    backend = RqBackend()
+    server = backend.provision(ProvisionRequest(workdir=tmp_path, dsn=DSN))
+    try:
+        ns = server.create_namespace()
+        with backend.open(server.dsn, ns) as storage:
+            storage.enqueue(NewTask("t", "q", "h", b"p"))
+            monkeypatch.setattr(rq.Worker, "prepare_job_execution", prepared_then_deleted)
+            claims = storage.claim_due("q", 1, timedelta(seconds=5))
+            monkeypatch.undo()
+            assert [(c.task_id, c.task.status, c.task.payload) for c in claims] == [
+                ("t", Status.IN_FLIGHT, b"p")
+            ]
+        server.drop_namespace(ns)
+    finally:
+        server.close()
+
+
 class _Records(logging.Handler):
     """Keeps every record of the logger it is added to."""
 

@@ -402,9 +402,11 @@ class RqStorage(Storage):
         first -- ``prepare_job_execution(remove_from_intermediate_queue=True)`` (status
         ``started``). ``lease`` is not rq's to take: every claim gets the worker's TTL.
         ``reclaimed`` is always False: rq's reclaim happened earlier, in maintenance, and
-        left no mark on the job."""
+        left no mark on the job. Each claim's task is the ``Job`` object the worker holds
+        (with its results and registry entries read): a job deleted meanwhile is still
+        handed out, as rq's horse still runs it."""
         rq_queue = self.names.queue(queue)
-        made: list[tuple[str, Execution, str]] = []
+        made: list[tuple[Job, Execution, str]] = []
         with self._errors("claim_due"):
             worker = self._worker(rq_queue)
             self._promote(rq_queue)
@@ -416,13 +418,10 @@ class RqStorage(Storage):
                 execution = worker.prepare_execution(job)
                 worker.prepare_job_execution(job, remove_from_intermediate_queue=True)
                 self._remember(execution.id, _Held(worker, job, rq_q, execution))
-                made.append((job.id, execution, worker.queues[0].started_job_registry.key))
+                made.append((job, execution, rq_q.started_job_registry.key))
             claims = []
-            for job_id, execution, wip in made:
-                try:
-                    task = self._load(job_id)
-                except NotFound:  # purged meanwhile
-                    continue
+            for job, execution, wip in made:
+                task = self._task_of(job)
                 score = self._client.zscore(wip, execution.composite_key)
                 expires = (
                     _from_score(score)
