@@ -1,12 +1,17 @@
-"""rq 3.0.0: a worker frozen past its heartbeat reports its job's success after rq has
-collected the job as abandoned -- the job reads `finished` while another worker runs it,
-or while it sits in the FailedJobRegistry.
+"""rq 3.0.0: a work horse whose worker stopped heartbeating reports its job's success
+after rq has collected the job as abandoned -- the job reads `finished` while another
+worker runs it, or while it sits in the FailedJobRegistry.
 
 Real `rq worker` processes (rq's CLI, rq's defaults: no option but `--name` and `--path`),
-real forks, real time, nothing faked. The trigger is a whole-worker freeze -- every process
-of the worker, its main process and its work horse, stopped with SIGSTOP and later
-continued, which is what a paused container or VM, or a host stalled by its hypervisor,
-does to it:
+real forks, real time, nothing faked. Two triggers:
+
+- a whole-worker freeze (cases a and b) -- every process of the worker, its main process
+  and its work horse, stopped with SIGSTOP and later continued, which is what a paused
+  container or VM, or a host stalled by its hypervisor, does to it;
+- the worker's main process gone while its horse runs (case c) -- SIGKILL of the main
+  process only, as the OOM killer or a supervisor killing that pid does, and as rq's own
+  exit of `Worker.work()` on a Redis timeout ("Redis connection timeout, quitting...")
+  leaves it: the horse runs in a process group of its own (`os.setpgrp`) and carries on.
 
 (a) job `a`, enqueued with `Retry(max=1)`. Worker A takes it and is frozen. Its execution's
     heartbeat lapses in the StartedJobRegistry (`job_monitoring_interval` + 60 = 90 s at rq's
@@ -18,13 +23,16 @@ does to it:
 (b) job `b`, no Retry (rq's default): the cleanup moves it to the FailedJobRegistry
     (AbandonedJobError); A's late success then makes it `finished` while it stays listed
     in the FailedJobRegistry.
+(c) job `c`, enqueued with `Retry(max=1)`. Worker A's main process is killed while its
+    horse runs `c`; as in (a), B collects the job and starts it; the orphaned horse
+    finishes and marks the job `finished` while B's execution is live.
 
 Every rq setting is at its default (job timeout 180 s, `job_monitoring_interval` 30 s,
 `maintenance_interval` 600 s, `worker_ttl` 420 s, `result_ttl` 500 s). What the
 reproducer arranges is when B starts: right after A's heartbeat lapsed, so that B's first
 maintenance pass -- a worker runs one when it starts -- is the one that collects the job
-(with workers already running, the next pass comes within `maintenance_interval`); A is
-frozen for about 95 s, so that its job still ends within its 180 s timeout.
+(with workers already running, the next pass comes within `maintenance_interval`); A's
+jobs end about 95 s after they started, within their 180 s timeout.
 
 Needs rq==3.0.0 and a Redis server: ``RQ_REPRO_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/11``). Uses names tagged with a random run id and deletes its keys
@@ -136,100 +144,111 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="rq-repro-")
     with open(os.path.join(workdir, f"{JOBS_MODULE}.py"), "w") as f:
         f.write(JOBS)
-    qa, qb = f"{TAG}-qa", f"{TAG}-qb"
-    job_a, job_b = f"{TAG}-a", f"{TAG}-b"
-    a_a, a_b, b_a, b_b = (f"{TAG}-{n}" for n in ("A-a", "A-b", "B-a", "B-b"))
+    cases = "abc"
+    queue = {c: f"{TAG}-q{c}" for c in cases}
+    job = {c: f"{TAG}-{c}" for c in cases}
+    a = {c: f"{TAG}-A-{c}" for c in cases}  # the worker that takes the job
+    b = {c: f"{TAG}-B-{c}" for c in cases}  # the worker that collects it
     procs = []
     try:
         func = f"{JOBS_MODULE}.wait_for_release"
-        Queue(qa, connection=r).enqueue(func, URL, job_id=job_a, retry=Retry(max=1))
-        Queue(qb, connection=r).enqueue(func, URL, job_id=job_b)
-        frozen = [start_worker(a_a, qa, workdir), start_worker(a_b, qb, workdir)]
-        procs += frozen
+        for c in cases:
+            retry = None if c == "b" else Retry(max=1)  # (b): rq's default, no Retry
+            Queue(queue[c], connection=r).enqueue(func, URL, job_id=job[c], retry=retry)
+        takers = {c: start_worker(a[c], queue[c], workdir) for c in cases}
+        procs += takers.values()
         started = wait_for(
-            "A taking both jobs",
+            "A taking the three jobs",
             lambda: all(
-                Job.fetch(j, connection=r).get_status() == JobStatus.STARTED for j in (job_a, job_b)
+                Job.fetch(job[c], connection=r).get_status() == JobStatus.STARTED for c in cases
             ),
             60,
         )
         if not started:
             return 2
-        for p in frozen:
-            signal_worker(p, signal.SIGSTOP)  # the whole worker: main process and horse
+        signal_worker(takers["a"], signal.SIGSTOP)  # the whole worker: main process and horse
+        signal_worker(takers["b"], signal.SIGSTOP)
+        os.kill(takers["c"].pid, signal.SIGKILL)  # the main process only; its horse runs on
         t0 = time.monotonic()
-        print(f"workers A took {job_a} and {job_b}; both frozen whole (main process and horse)")
+        print(
+            f"workers A took {', '.join(job.values())}; A-a and A-b frozen whole (main process "
+            "and horse), A-c's main process killed (its horse runs on)"
+        )
 
         lapsed = wait_for(
             "A's heartbeats lapsing in the StartedJobRegistry",
             lambda: all(
                 e and max(s for _, _, s in e) < current_timestamp()
-                for e in (live_executions(r, qa, job_a), live_executions(r, qb, job_b))
+                for e in (live_executions(r, queue[c], job[c]) for c in cases)
             ),
             150,
         )
         if not lapsed:
             return 2
         print(f"after {time.monotonic() - t0:.0f} s A's heartbeats have lapsed; B starts")
-        procs += [start_worker(b_a, qa, workdir), start_worker(b_b, qb, workdir)]
+        procs += [start_worker(b[c], queue[c], workdir) for c in cases]
 
-        # (a) rq re-enqueues the abandoned job and worker B runs it
-        on_b = wait_for(
-            f"B running {job_a}",
-            lambda: [e for e in live_executions(r, qa, job_a) if e[0] == b_a],
-            90,
-        )
-        # (b) rq moves the abandoned job to the FailedJobRegistry
+        def on_b(c: str) -> list[tuple[str, str, float]]:
+            return [e for e in live_executions(r, queue[c], job[c]) if e[0] == b[c]]
+
+        # (a), (c): rq re-enqueues the abandoned job and worker B runs it
+        rerun = wait_for("B running a and c", lambda: on_b("a") and on_b("c"), 90)
+        # (b): rq moves the abandoned job to the FailedJobRegistry
         failed = wait_for(
-            f"{job_b} in FailedJobRegistry",
-            lambda: job_b in FailedJobRegistry(qb, connection=r),
+            f"{job['b']} in FailedJobRegistry",
+            lambda: job["b"] in FailedJobRegistry(queue["b"], connection=r),
             90,
         )
-        if not on_b or not failed:
+        if not rerun or not failed:
             return 2
         print(
-            f"after {time.monotonic() - t0:.0f} s rq has collected both: {job_a} re-enqueued "
-            f"and running on B (execution {on_b[0][1][:8]}); {job_b} in FailedJobRegistry"
+            f"after {time.monotonic() - t0:.0f} s rq has collected all three: {job['a']} and "
+            f"{job['c']} re-enqueued and running on B; {job['b']} in FailedJobRegistry"
         )
 
-        for p in frozen:
-            signal_worker(p, signal.SIGCONT)  # the freeze ends
-        r.lpush(f"{a_a}:release", 1)  # A's horses finish their jobs now
-        r.lpush(f"{a_b}:release", 1)
+        signal_worker(takers["a"], signal.SIGCONT)  # the freeze ends
+        signal_worker(takers["b"], signal.SIGCONT)
+        for c in cases:
+            r.lpush(f"{a[c]}:release", 1)  # A's horses finish their jobs now
         wait_for(
             "A's late reports",
             lambda: all(
-                Job.fetch(j, connection=r).get_status() != s
-                for j, s in ((job_a, JobStatus.STARTED), (job_b, JobStatus.FAILED))
+                Job.fetch(job[c], connection=r).get_status()
+                != (JobStatus.FAILED if c == "b" else JobStatus.STARTED)
+                for c in cases
             ),
             60,
         )
         time.sleep(0.5)
 
-        ja, jb = Job.fetch(job_a, connection=r), Job.fetch(job_b, connection=r)
-        b_live = [e for e in live_executions(r, qa, job_a) if e[0] == b_a]
-        latest = ja.latest_result()
-        print(
-            f"(a) {job_a}: status {ja.get_status().value}, latest result "
-            f"{latest.type.name if latest else None} by {latest.worker_name if latest else None}"
-            f", B's execution still live: {bool(b_live)}"
-        )
-        print(
-            f"(b) {job_b}: status {jb.get_status().value}, still in FailedJobRegistry: "
-            f"{job_b in FailedJobRegistry(qb, connection=r)}"
-        )
-        if latest is None or latest.type != Result.Type.SUCCESSFUL:
+        bugs = []
+        for c in cases:
+            got = Job.fetch(job[c], connection=r)
+            latest = got.latest_result()
+            by = latest.worker_name if latest else None
+            kind = latest.type.name if latest else None
+            if c == "b":
+                still = job[c] in FailedJobRegistry(queue[c], connection=r)
+                print(
+                    f"({c}) {job[c]}: status {got.get_status().value}, latest result {kind} "
+                    f"by {by}, still in FailedJobRegistry: {still}"
+                )
+                bug = still
+            else:
+                still = bool(on_b(c))
+                print(
+                    f"({c}) {job[c]}: status {got.get_status().value}, latest result {kind} "
+                    f"by {by}, B's execution still live: {still}"
+                )
+                bug = still
+            if latest is None or latest.type != Result.Type.SUCCESSFUL or by != a[c]:
+                print(f"INCONCLUSIVE: ({c}) did not end in A's success (past its 180 s timeout?)")
+                return 2
+            bugs.append(bug and got.get_status() == JobStatus.FINISHED)
+        if any(bugs):
             print(
-                "INCONCLUSIVE: A's job did not end in success (it ran past its 180 s timeout?)"
-            )
-            return 2
-        bug_a = ja.get_status() == JobStatus.FINISHED and bool(b_live)
-        still_failed = job_b in FailedJobRegistry(qb, connection=r)
-        bug_b = jb.get_status() == JobStatus.FINISHED and still_failed
-        if bug_a or bug_b:
-            print(
-                "BUG PRESENT: a frozen worker's success was accepted after rq had collected "
-                "its job as abandoned"
+                "BUG PRESENT: a late success was accepted after rq had collected its job as "
+                "abandoned"
             )
             return 1
         print("late success refused")

@@ -16,7 +16,9 @@ of them (B below) starts it. A is continued and its horse's job raises:
 `handle_job_failure` sees retries left on A's copy of the job and calls `job.retry()`,
 which sets the status `queued` over the running execution's `started` and pushes the id
 again; an idle worker -- C, or A itself, back in its loop -- takes it. The
-StartedJobRegistry then holds two live executions of the job.
+StartedJobRegistry then holds two live executions of the job, and the job's
+`retries_left` reads 1 although rq has re-enqueued it twice (A's copy counted down from
+its own 2).
 
 Every rq setting is at its default (job timeout 180 s, `job_monitoring_interval` 30 s,
 `maintenance_interval` 600 s, `worker_ttl` 420 s). What the reproducer arranges is when B
@@ -182,7 +184,8 @@ def main() -> int:
         job = Job.fetch(job_id, connection=r)
         print(
             f"A reported its failure late: status {job.get_status().value}; live executions in "
-            f"the StartedJobRegistry: {[(w, e[:8]) for w, e in live]}"
+            f"the StartedJobRegistry: {[(w, e[:8]) for w, e in live]}; retries_left "
+            f"{job.retries_left} of Retry(max=2) after two re-enqueues"
         )
         if two and len(live) >= 2:
             print("BUG PRESENT: one job is running on two workers at once")
