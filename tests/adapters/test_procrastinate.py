@@ -278,11 +278,13 @@ def test_the_recipe_runs_once_per_period(ns, monkeypatch):
         assert ns.sql(count) == [(2,)]
 
 
-def test_an_error_of_the_recipe_is_raised_not_skipped(ns):
+def test_an_error_of_the_recipe_ends_its_run_as_a_task_error_ends_a_job(ns, caplog):
     """The docs' recipe catches nothing: a retry_job that raises (here the UniqueViolation
-    of upstream procrastinate-org/procrastinate#1446: the stalled job's queueing lock is
-    held by a todo job) ends the run, whose job ends failed, and the claim raises it."""
-    from rdq_core.errors import BackendUnavailable
+    of upstream procrastinate-org/procrastinate#1446: a todo job holds the stalled job's
+    queueing lock) ends the run. procrastinate's worker logs a task's error, finishes its
+    job failed and goes on fetching: so does the claim that ran the recipe."""
+    from procrastinate import exceptions as pe
+
     from rdq_core.model import NewTask
 
     with ns.open() as a, ns.open() as b:
@@ -290,13 +292,15 @@ def test_an_error_of_the_recipe_is_raised_not_skipped(ns):
         [first] = a.claim_due("q", 1, timedelta(seconds=30))
         assert a.enqueue(NewTask(id="t", queue="q", handler="h"))  # a todo job, same lock
         _past_the_threshold(a, first)
-        with pytest.raises(BackendUnavailable) as raised:
-            b.claim_due("q", 1, timedelta(seconds=30))
-        assert _unique_violation(raised.value), raised.value
+        with caplog.at_level("ERROR", logger="rdq_procrastinate.storage"):
+            [twin] = b.claim_due("q", 1, timedelta(seconds=30))
+    assert twin.task_id == "t" and not twin.reclaimed
     last_run = "SELECT status::text FROM procrastinate_jobs WHERE task_name = %s ORDER BY id DESC"
     assert ns.sql(last_run, RECIPE)[0] == ("failed",)
     stalled = "SELECT status::text FROM procrastinate_jobs WHERE queueing_lock = 't' ORDER BY id"
-    assert ns.sql(stalled) == [("doing",), ("todo",)]
+    assert ns.sql(stalled) == [("doing",), ("doing",)]  # the first stays doing (#1446)
+    [logged] = [r for r in caplog.records if r.name == "rdq_procrastinate.storage"]
+    assert logged.exc_info and isinstance(logged.exc_info[1], pe.UniqueViolation)
 
 
 def test_a_reschedule_procrastinate_cannot_make_is_not_a_stale_claim(ns):

@@ -18,7 +18,8 @@ is then about procrastinate, not about this file):
    they do not accept) are ``StaleClaim``; every other error, a ``UniqueViolation`` of
    procrastinate's queueing lock among them, is the kit's unknown outcome
    (``BackendUnavailable``, the original chained); whatever procrastinate accepts is
-   reported accepted.
+   reported accepted. (An error of the stalled-jobs recipe, a task in procrastinate,
+   is handled as procrastinate's worker handles a task's: see "Claim" below.)
 3. A claim's **token** is what identifies that claim in procrastinate: the id of the
    worker that fetched the job and the job's id, ``f"{worker_id:016x}{job_id:016x}"``
    (32 hex digits, as the SPI wants). A stale holder therefore presents exactly what a
@@ -59,11 +60,12 @@ calls:
 3. if this period's run of the stalled-jobs recipe is due (see "Schedule"), the recipe on
    the queue: ``get_stalled_jobs(queue=queue, seconds_since_heartbeat=threshold)``, then
    ``retry_job(job)`` for each. Whatever either raises ends the run, as it ends the
-   docs' task: the recipe's job is finished ``failed`` (what procrastinate's worker does
-   with a task that raised and has no retry strategy) and ``claim_due`` raises it
-   (``BackendUnavailable``, the original chained; e.g. a ``UniqueViolation`` of the
-   queueing lock, upstream procrastinate-org/procrastinate#1446, or the refusal of a job
-   that finished between the list and its retry);
+   docs' task (e.g. a ``UniqueViolation`` of the queueing lock, upstream
+   procrastinate-org/procrastinate#1446, or the refusal of a job that finished between
+   the list and its retry), and the adapter does with it what procrastinate's worker does
+   with any task that raised and has no retry strategy: it logs the error (logger
+   ``rdq_procrastinate.storage``), finishes the recipe's job ``failed`` and goes on
+   fetching; the jobs the run did not reach wait for the next period's run;
 4. up to ``limit`` times ``fetch_job([queue], worker_id)`` with that worker's id; a
    worker whose fetches found nothing is unregistered (it stops).
 
@@ -129,6 +131,7 @@ import binascii
 import hashlib
 import inspect
 import json
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -175,6 +178,7 @@ __all__ = ["ProcrastinateStorage", "token_of", "worker_and_job"]
 
 T = TypeVar("T")
 UTC = timezone.utc
+log = logging.getLogger(__name__)
 
 CLOCK_DESCRIPTION = (
     "postgres now() for due checks, heartbeats and the stalled threshold (procrastinate's "
@@ -421,16 +425,15 @@ class ProcrastinateStorage(Storage):
 
     # ---- worker ----
 
-    async def _stalled_recipe(self, m: JobManager, queue: str) -> set[int]:
-        """procrastinate's documented recipe on ``queue``, as the docs write it; the ids it
-        requeued. Whatever ``get_stalled_jobs`` or ``retry_job`` raises ends the run."""
-        requeued: set[int] = set()
+    async def _stalled_recipe(self, m: JobManager, queue: str, requeued: set[int]) -> None:
+        """procrastinate's documented recipe on ``queue``, as the docs write it; adds to
+        ``requeued`` each job it requeued. Whatever ``get_stalled_jobs`` or ``retry_job``
+        raises ends the run."""
         stalled = await m.get_stalled_jobs(queue=queue, seconds_since_heartbeat=self.threshold_s)
         for job in stalled:
             await m.retry_job(job)
             assert job.id is not None
             requeued.add(job.id)
-        return requeued
 
     async def _recipe_if_due(self, m: JobManager, queue: str, worker_id: int) -> set[int]:
         """Run the recipe if this period's run is this worker's (see "Schedule")."""
@@ -456,14 +459,17 @@ class ProcrastinateStorage(Storage):
         recipe_job = await m.fetch_job([recipe_queue], worker_id)
         if recipe_job is None:
             return set()  # another worker fetched it first
+        job_id = recipe_job.id
+        requeued: set[int] = set()
+        status = jobs.Status.SUCCEEDED
         try:
-            requeued = await self._stalled_recipe(m, queue)
+            await self._stalled_recipe(m, queue, requeued)
         except Exception:
-            # procrastinate's worker ends a task that raised, with no retry strategy, as
-            # failed; the error goes on to the caller of claim_due
-            await m.finish_job(recipe_job, status=jobs.Status.FAILED, delete_job=False)
-            raise
-        await m.finish_job(recipe_job, status=jobs.Status.SUCCEEDED, delete_job=False)
+            # what procrastinate's worker does with a task that raised and has no retry
+            # strategy: it logs the error, finishes the job failed and goes on fetching
+            log.exception("the stalled-jobs recipe on queue %r failed (job %s)", queue, job_id)
+            status = jobs.Status.FAILED
+        await m.finish_job(recipe_job, status=status, delete_job=False)
         return requeued
 
     def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
