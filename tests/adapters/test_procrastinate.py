@@ -336,6 +336,25 @@ def test_redrive_raises_what_procrastinate_raises(ns):
         assert _unique_violation(raised.value), raised.value
 
 
+def test_a_pruned_workers_heartbeat_reports_no_lease(ns):
+    """update_heartbeat on a pruned worker's row updates nothing and says nothing; its
+    jobs' worker_id is NULL, which get_stalled_jobs lists whatever the threshold: the
+    lease extend_lease reports is none (the server's now), not a new one."""
+    from rdq_procrastinate.storage import worker_and_job
+
+    from rdq_core.model import NewTask
+
+    with ns.open() as s:
+        s.enqueue(NewTask(id="t", queue="q", handler="h"))
+        [claim] = s.claim_due("q", 1, timedelta(seconds=30))
+        _, job = worker_and_job(claim.token)
+        ns.sql("SELECT procrastinate_prune_stalled_workers_v1(-60)")  # every worker row
+        assert ns.sql("SELECT worker_id FROM procrastinate_jobs WHERE id = %s", job) == [(None,)]
+        before = s.now()
+        lease = s.extend_lease("t", claim.token, timedelta(seconds=30))
+        assert lease <= s.now() and lease >= before, (before, lease)
+
+
 def test_a_storage_prunes_workers_once_at_its_start_with_the_workers_timeout(ns):
     """procrastinate's Worker.run prunes once, at its start, the workers silent for
     stalled_worker_timeout (its default, 30 s); a storage does the same at its first

@@ -105,8 +105,10 @@ function more complex"), so that a claim on one queue never requeues another's j
 ``AlreadyEnqueued`` -> ``False``, or ``IdConflict`` when the ``todo`` job holding the lock
 is in another queue; the delay as procrastinate's ``schedule_in`` computes it:
 ``utils.utcnow() + delay``). extend_lease: ``update_heartbeat(worker_id)``, then a read of
-``last_heartbeat`` (procrastinate's heartbeat returns nothing and refuses nothing: a
-worker row that was pruned is a silent no-op, reported as now + threshold). complete:
+``last_heartbeat`` (+ the threshold). procrastinate's heartbeat returns nothing and
+refuses nothing: on a worker row that was pruned it updates nothing, and the jobs that
+worker fetched have ``worker_id`` NULL, stalled whatever the threshold, so the lease
+reported is the server's now (none left). complete:
 ``finish_job_by_id_async(job_id, succeeded)``. reschedule: ``retry_job_by_id_async(job_id,
 retry_at=utcnow() + delay)`` (what ``RetryDecision(retry_in=...)`` does). dead_letter:
 ``finish_job_by_id_async(job_id, failed)``. redrive: ``retry_job_by_id_async(job_id,
@@ -220,10 +222,10 @@ _HOLDER_QUEUE = """
 SELECT queue_name FROM procrastinate_jobs WHERE queueing_lock = %(task_id)s
  ORDER BY (status = 'todo') DESC, id LIMIT 1
 """
+#: A worker's last heartbeat (NULL once its row was pruned) and the server's clock.
 _HEARTBEAT = """
-SELECT COALESCE(
-    (SELECT last_heartbeat FROM procrastinate_workers WHERE id = %(worker_id)s), now()
-) AS beat
+SELECT (SELECT last_heartbeat FROM procrastinate_workers WHERE id = %(worker_id)s) AS beat,
+       now() AS now
 """
 _NOW = "SELECT now() AS now"
 _STATS = """
@@ -519,13 +521,16 @@ class ProcrastinateStorage(Storage):
         return claims
 
     def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
-        async def beat(app: procrastinate.App) -> datetime:
+        async def beat(app: procrastinate.App) -> dict[str, Any]:
             worker_id, _ = await self._job_of(app, task_id, token)
             await app.job_manager.update_heartbeat(worker_id)
             found = await app.connector.execute_query_all_async(_HEARTBEAT, worker_id=worker_id)
-            return found[0]["beat"]
+            return found[0]
 
-        return self._run("extend_lease", beat).astimezone(UTC) + self.threshold
+        row = self._run("extend_lease", beat)
+        if row["beat"] is None:  # pruned: its jobs' worker_id is NULL, stalled already
+            return row["now"].astimezone(UTC)
+        return row["beat"].astimezone(UTC) + self.threshold
 
     def _finish(self, action: str, task_id: str, token: str, status: jobs.Status) -> None:
         async def finish(app: procrastinate.App) -> None:
