@@ -77,11 +77,22 @@ def make_app() -> procrastinate.App:
 app = make_app()
 
 
-@app.task(queue="q")
-async def work() -> None:
+#: A's heartbeat is an UPDATE of its row, committed once its coroutine runs again: a pause
+#: that starts while one is in flight keeps the row locked, and a starting worker's prune
+#: then waits for it. A pause starts between two heartbeats (as one mostly does at the
+#: default 10 s interval): A waits until no heartbeat of its own holds the row.
+_ROW_FREE = "SELECT id FROM procrastinate_workers WHERE id = %(id)s FOR UPDATE SKIP LOCKED"
+
+
+@app.task(queue="q", pass_context=True)
+async def work(context: procrastinate.JobContext) -> None:
+    while not await app.connector.execute_query_all_async(_ROW_FREE, id=context.job.worker_id):
+        await asyncio.sleep(0.01)
     paused = time.monotonic()
     while time.monotonic() - paused < PAUSE or not ("pruned" in seen or helper_done.is_set()):
         time.sleep(0.05)  # worker A is paused: its event loop sends no heartbeat
+        if time.monotonic() - paused > PAUSE + 120:
+            break  # the other workers never started: give up
     seen["a_resumed"] = time.monotonic()
     await asyncio.sleep(AFTER)  # A runs on; its heartbeat task runs again
     seen["a_finished"] = True

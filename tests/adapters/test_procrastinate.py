@@ -437,9 +437,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     }
     done = {}
     for finding, proc in reproducers.items():
-        output, _ = proc.communicate(timeout=180)
+        output, _ = proc.communicate(timeout=300)
         done[finding] = (proc.returncode, output)
-    kit_output, _ = kit.communicate(timeout=240)
+    kit_output, _ = kit.communicate(timeout=300)
     yield Runs(_junit(junit) if junit.exists() else {}, kit_output, done)
 
 
