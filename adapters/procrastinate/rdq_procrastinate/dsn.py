@@ -8,14 +8,16 @@ parameters it does not know), e.g.
 - ``procrastinate_stalled_threshold`` (seconds, positive; default
   :data:`DEFAULT_STALLED_THRESHOLD_S`): procrastinate decides that a job is stalled when
   the worker that fetched it has not sent a heartbeat for ``seconds_since_heartbeat``
-  (``JobManager.get_stalled_jobs``' argument, 30 s by default); a starting worker prunes
-  workers silent for ``stalled_worker_timeout`` (also 30 s by default), and the docs ask
-  to keep the two in step: the adapter uses this one value for both. Short enough that
-  the kit's lease tests do not crawl.
-- ``procrastinate_recipe_period`` (seconds, >= 0; default :data:`DEFAULT_RECIPE_PERIOD_S`):
-  the period of the stalled-jobs recipe, a periodic task in procrastinate's docs
-  (``cron="*/10 * * * *"``: every 10 minutes); 0 runs it at every claim, in every worker,
-  unelected (see :mod:`rdq_procrastinate.storage`, "Schedule").
+  (``JobManager.get_stalled_jobs``' argument, 30 s by default). Short enough that the
+  kit's lease tests do not crawl. The workers' ``stalled_worker_timeout`` (the prune at a
+  worker's start) stays at procrastinate's default (:mod:`rdq_procrastinate.storage`).
+- ``procrastinate_recipe_period`` (whole seconds; default
+  :data:`DEFAULT_RECIPE_PERIOD_S`): the period of the stalled-jobs recipe, a periodic
+  task in procrastinate's docs (``cron="*/10 * * * *"``: every 600 s). A period must be
+  one a cron line gives at regular intervals (:func:`recipe_cron`): a divisor of 60
+  seconds (the docs' cron page: "an optional 6th column is supported for seconds [...]
+  allowing you to make a periodic task as frequent as "1 per second""), or a whole
+  number of minutes dividing an hour, the docs' 600 among them.
 
 **Connections.** Every connection procrastinate's pool opens gets ``search_path`` set to
 the namespace (a PostgreSQL schema holding procrastinate's tables and functions, whose
@@ -40,11 +42,14 @@ from rdq_core.errors import BackendUnavailable, InvalidArgument
 __all__ = [
     "DEFAULT_RECIPE_PERIOD_S",
     "DEFAULT_STALLED_THRESHOLD_S",
+    "DOCS_RECIPE_PERIOD_S",
     "RECIPE_PERIOD_PARAM",
     "STALLED_THRESHOLD_PARAM",
     "Settings",
     "connection_kwargs",
+    "parse_period",
     "parse_seconds",
+    "recipe_cron",
     "split_dsn",
     "with_settings",
 ]
@@ -55,8 +60,10 @@ STALLED_THRESHOLD_PARAM = "procrastinate_stalled_threshold"
 RECIPE_PERIOD_PARAM = "procrastinate_recipe_period"
 #: The threshold the adapter deploys unless told otherwise (procrastinate's own: 30 s).
 DEFAULT_STALLED_THRESHOLD_S = 2.0
-#: The recipe's period unless told otherwise (procrastinate's docs: 10 minutes).
-DEFAULT_RECIPE_PERIOD_S = 0.2
+#: The recipe's period unless told otherwise: the shortest a cron line gives, "* * * * * *".
+DEFAULT_RECIPE_PERIOD_S = 1
+#: The recipe's period in procrastinate's docs: ``cron="*/10 * * * *"``.
+DOCS_RECIPE_PERIOD_S = 600
 #: A namespace is a schema the postgres backend created: plain lower-case letters.
 _SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: Seconds to wait for a TCP connection (only when the DSN does not say).
@@ -68,14 +75,14 @@ class Settings:
     """The adapter's deployment settings (``None``: not given, the default applies)."""
 
     threshold: float | None = None
-    recipe_period: float | None = None
+    recipe_period: int | None = None
 
     @property
     def threshold_s(self) -> float:
         return DEFAULT_STALLED_THRESHOLD_S if self.threshold is None else self.threshold
 
     @property
-    def recipe_period_s(self) -> float:
+    def recipe_period_s(self) -> int:
         return DEFAULT_RECIPE_PERIOD_S if self.recipe_period is None else self.recipe_period
 
     def merged(self, other: Settings) -> Settings:
@@ -86,22 +93,50 @@ class Settings:
         )
 
 
-def parse_seconds(name: str, text: str, where: str, *, zero: bool) -> float:
-    """Seconds from ``text`` (finite; positive, or >= 0 with ``zero``)."""
+def parse_seconds(name: str, text: str, where: str) -> float:
+    """The stalled threshold in seconds from ``text`` (finite and positive)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        meaning = (
-            "the period of procrastinate's stalled-jobs recipe, 0 for every claim; default "
-            f"{DEFAULT_RECIPE_PERIOD_S}"
-            if name == RECIPE_PERIOD_PARAM
-            else "procrastinate's stalled threshold: get_stalled_jobs' seconds_since_heartbeat "
-            f"and the worker's stalled_worker_timeout; default {DEFAULT_STALLED_THRESHOLD_S}"
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidArgument(
+            f"{where} {name}={text!r}: expected a positive number of seconds "
+            "(procrastinate's stalled threshold: get_stalled_jobs' seconds_since_heartbeat; "
+            f"default {DEFAULT_STALLED_THRESHOLD_S})"
         )
-        kind = "a number of seconds >= 0" if zero else "a positive number of seconds"
-        raise InvalidArgument(f"{where} {name}={text!r}: expected {kind} ({meaning})")
+    return value
+
+
+def recipe_cron(period: int) -> str | None:
+    """The cron line that defers the recipe every ``period`` seconds, or ``None`` when no
+    cron line gives that period at regular intervals (procrastinate's periodic tasks are
+    cron lines, with an optional 6th column for seconds)."""
+    if period < 1:
+        return None
+    if period < 60 and 60 % period == 0:
+        return "* * * * * *" if period == 1 else f"* * * * * */{period}"
+    minutes, rest = divmod(period, 60)
+    if rest or 60 % minutes:
+        return None
+    if minutes == 60:
+        return "0 * * * *"
+    return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
+
+
+def parse_period(name: str, text: str, where: str) -> int:
+    """The recipe's period in whole seconds from ``text``: one :func:`recipe_cron` gives."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if recipe_cron(value) is None:
+        raise InvalidArgument(
+            f"{where} {name}={text!r}: expected the period, in whole seconds, of a cron line "
+            "(a divisor of 60, e.g. 1 for '* * * * * *', or whole minutes dividing an hour, "
+            f"e.g. {DOCS_RECIPE_PERIOD_S} for the docs' '*/10 * * * *'): the period of "
+            f"procrastinate's stalled-jobs recipe; default {DEFAULT_RECIPE_PERIOD_S}"
+        )
     return value
 
 
@@ -111,13 +146,14 @@ def split_dsn(dsn: str) -> tuple[str, Settings]:
         return dsn, Settings()
     parts = urlsplit(dsn)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    threshold = period = None
+    threshold: float | None = None
+    period: int | None = None
     kept = []
     for key, value in pairs:
         if key == STALLED_THRESHOLD_PARAM:
-            threshold = parse_seconds(key, value, "the DSN's", zero=False)
+            threshold = parse_seconds(key, value, "the DSN's")
         elif key == RECIPE_PERIOD_PARAM:
-            period = parse_seconds(key, value, "the DSN's", zero=True)
+            period = parse_period(key, value, "the DSN's")
         else:
             kept.append((key, value))
     query = urlencode(kept, safe="/:,")

@@ -12,9 +12,10 @@ postgres server creates; its rdq tables stay there, unused. Storage is
 **Settings.** ``--rdq-option procrastinate_stalled_threshold=SECONDS`` (the stalled
 threshold, ``Capabilities.fixed_lease``; default 2 s, procrastinate's own 30 s) and
 ``--rdq-option procrastinate_recipe_period=SECONDS`` (the period of the stalled-jobs
-recipe; default 0.2 s, procrastinate's docs 10 minutes), or the same names in the query of
-``--rdq-dsn``. The server hands them to every storage, in every process, in its DSN's
-query (:mod:`rdq_procrastinate.dsn`).
+recipe, whole seconds a cron line gives; default 1 s, ``* * * * * *``, procrastinate's
+docs 600 s, ``*/10 * * * *``), or the same names in the query of ``--rdq-dsn``. The
+server hands them to every storage, in every process, in its DSN's query
+(:mod:`rdq_procrastinate.dsn`).
 
 **Import rule.** This is the plugin half: it imports :mod:`rdq_compliance.provision`, the
 postgres backend's plugin by its public name, and the storage half; the storage half
@@ -34,10 +35,11 @@ from rdq_compliance.provision.wrapped import WrappedServer
 from rdq_procrastinate.dsn import (
     DEFAULT_RECIPE_PERIOD_S,
     DEFAULT_STALLED_THRESHOLD_S,
+    DOCS_RECIPE_PERIOD_S,
     RECIPE_PERIOD_PARAM,
     STALLED_THRESHOLD_PARAM,
     Settings,
-    parse_seconds,
+    parse_period,
     split_dsn,
     with_settings,
 )
@@ -54,17 +56,19 @@ STALLED_THRESHOLD = option(
     float,
     None,
     "seconds without a worker heartbeat after which procrastinate's stalled-jobs recipe "
-    "retries its jobs (get_stalled_jobs' seconds_since_heartbeat and the workers' "
-    f"stalled_worker_timeout); default {DEFAULT_STALLED_THRESHOLD_S} (procrastinate's: 30)",
+    "retries its jobs (get_stalled_jobs' seconds_since_heartbeat); default "
+    f"{DEFAULT_STALLED_THRESHOLD_S} (procrastinate's: 30)",
     positive=True,
 )
 RECIPE_PERIOD = option(
     RECIPE_PERIOD_PARAM,
-    float,
+    int,
     None,
     "seconds between two runs of the stalled-jobs recipe, a periodic task elected by "
-    "procrastinate's defer_periodic_job (0: every claim, in every worker); default "
-    f"{DEFAULT_RECIPE_PERIOD_S} (procrastinate's docs: 600)",
+    "procrastinate's defer_periodic_job (a period a cron line gives: a divisor of 60, or "
+    f"whole minutes dividing an hour); default {DEFAULT_RECIPE_PERIOD_S} (procrastinate's "
+    f"docs: {DOCS_RECIPE_PERIOD_S})",
+    positive=True,
 )
 OPTIONS = RungOptions("procrastinate", [STALLED_THRESHOLD, RECIPE_PERIOD])
 
@@ -94,13 +98,14 @@ class ProcrastinateBackend(PostgresBackend):
     def options(self) -> tuple[RungOptions, ...]:
         """The postgres rungs' options and the adapter's own."""
         return (*super().options(), OPTIONS)
+
     expected_failures = MappingProxyType(dict(EXPECTED_FAILURES))
 
     def _wrap(self, inner: Server, request: ProvisionRequest, given: Settings) -> Server:
         values = OPTIONS.parse(request.options)
         period = values[RECIPE_PERIOD]
         if period is not None:
-            period = parse_seconds(RECIPE_PERIOD_PARAM, str(period), "--rdq-option", zero=True)
+            period = parse_period(RECIPE_PERIOD_PARAM, str(period), "--rdq-option")
         options = Settings(values[STALLED_THRESHOLD], period)
         return ProcrastinateServer(inner, given.merged(options))
 

@@ -12,10 +12,14 @@ is then about procrastinate, not about this file):
    ``delete_old_jobs``), the calls its own ``Worker`` makes. **Reads** are plain SQL over
    its tables (``procrastinate_jobs``, ``procrastinate_events``,
    ``procrastinate_workers``), through procrastinate's connector.
-2. The adapter **never checks a token or a status itself** and adds no lock, guard or
-   retry procrastinate lacks: it maps procrastinate's own refusals (its SQL functions'
-   ``RAISE``: job not found or in a status they do not accept) to ``StaleClaim``, and
-   whatever procrastinate accepts is reported accepted.
+2. The adapter **never checks a token or a status itself** and adds no lock, guard,
+   retry, refusal or swallowed exception procrastinate lacks: procrastinate's own
+   refusals of an outcome (its SQL functions' ``RAISE``: job not found or in a status
+   they do not accept) are ``StaleClaim``; every other error, a ``UniqueViolation`` of
+   procrastinate's queueing lock among them, is the kit's unknown outcome
+   (``BackendUnavailable``, the original chained); whatever procrastinate accepts is
+   reported accepted. (An error of the stalled-jobs recipe, a task in procrastinate,
+   is handled as procrastinate's worker handles a task's: see "Claim" below.)
 3. A claim's **token** is what identifies that claim in procrastinate: the id of the
    worker that fetched the job and the job's id, ``f"{worker_id:016x}{job_id:016x}"``
    (32 hex digits, as the SPI wants). A stale holder therefore presents exactly what a
@@ -27,43 +31,49 @@ is then about procrastinate, not about this file):
 4. **Stale-work recovery runs as a deployed worker runs it:** procrastinate's documented
    stalled-jobs recipe (``docs/howto/production/retry_stalled_jobs.md``: a periodic task
    doing ``for job in await app.job_manager.get_stalled_jobs(): await
-   app.job_manager.retry_job(job)``), with the documented settings, run from
-   ``claim_due`` as a periodic task: one run per period, elected through procrastinate's
-   own ``defer_periodic_job`` (see "Schedule" below).
+   app.job_manager.retry_job(job)``), with nothing added, run as a periodic task: one run
+   per period, elected through procrastinate's own ``defer_periodic_job`` (see
+   "Schedule" below).
 
 **Lease model: ``reclaimer_threshold``.** procrastinate keeps no lease per job: a worker
 sends a heartbeat (``update_heartbeat``, every ``update_heartbeat_interval`` = 10 s by
 default), and a job in ``doing`` is *stalled* once the worker that fetched it has not
 sent one for ``seconds_since_heartbeat`` (``get_stalled_jobs``' argument, 30 s by
-default; workers silent for ``stalled_worker_timeout``, 30 s by default, are pruned by
-every starting worker). The adapter deploys one threshold for both (the docs: "If you
-change the ``seconds_since_heartbeat`` parameter, make sure to also check the
-``update_heartbeat_interval`` and ``stalled_worker_timeout`` parameters of the worker and
-adjust them accordingly"): ``Capabilities.fixed_lease``, 2 s unless the DSN says
-otherwise (:mod:`rdq_procrastinate.dsn`). A claim's ``lease_expires_at`` is its worker's
+default), or once that worker's row is gone (``worker_id`` NULL). The adapter's stalled
+threshold is ``Capabilities.fixed_lease``, 2 s unless the DSN says otherwise
+(:mod:`rdq_procrastinate.dsn`). A claim's ``lease_expires_at`` is its worker's
 ``last_heartbeat`` + that threshold, both by the server's clock (``NOW()`` in
 procrastinate's SQL): exactly when the recipe may take it.
 
-**Claim = a worker start and its fetches.** ``claim_due(queue, limit, lease)`` does what
-a procrastinate worker of concurrency ``limit`` does when it starts, with procrastinate's
+**A storage is a worker process.** procrastinate's ``Worker.run`` prunes, once at its
+start, the workers whose heartbeat is older than ``stalled_worker_timeout``
+(``prune_stalled_workers``; 30 s by default, :data:`STALLED_WORKER_TIMEOUT_S`, read from
+procrastinate and left at its default: longer than the stalled threshold, so a worker is
+pruned only once its jobs are stalled anyway), then registers. A storage does the same,
+once per process, at its first ``claim_due``.
+
+**Claim = a worker's fetches.** ``claim_due(queue, limit, lease)``, with procrastinate's
 calls:
 
-1. ``prune_stalled_workers(threshold)`` and ``register_worker()`` (``Worker.run``: prune,
-   then register; the registration is the worker's first heartbeat);
-2. if this period's run of the stalled-jobs recipe is due (see "Schedule"), the recipe on
+1. at the storage's first claim in this process, ``prune_stalled_workers`` (above);
+2. ``register_worker()``: the worker id of this call's claims (its first heartbeat);
+3. if this period's run of the stalled-jobs recipe is due (see "Schedule"), the recipe on
    the queue: ``get_stalled_jobs(queue=queue, seconds_since_heartbeat=threshold)``, then
-   ``retry_job(job)`` for each (a retry procrastinate refuses, because the job finished in
-   between, is skipped, as it is harmless to the recipe's loop; a ``UniqueViolation`` on
-   the queueing lock, upstream procrastinate-org/procrastinate#1446, is skipped the same
-   way);
-3. up to ``limit`` times ``fetch_job([queue], worker_id)`` with that worker's id; a
+   ``retry_job(job)`` for each. Whatever either raises ends the run, as it ends the
+   docs' task (e.g. a ``UniqueViolation`` of the queueing lock, upstream
+   procrastinate-org/procrastinate#1446, or the refusal of a job that finished between
+   the list and its retry), and the adapter does with it what procrastinate's worker does
+   with any task that raised and has no retry strategy: it logs the error (logger
+   ``rdq_procrastinate.storage``), finishes the recipe's job ``failed`` and goes on
+   fetching; the jobs the run did not reach wait for the next period's run;
+4. up to ``limit`` times ``fetch_job([queue], worker_id)`` with that worker's id; a
    worker whose fetches found nothing is unregistered (it stops).
 
 Every claim of one call shares its worker, hence its heartbeat and its lease (a
-heartbeat of any of them is the worker's, as in procrastinate); the next call is another
-worker, so a reclaim always presents a new token. procrastinate's fetch does not touch
-the heartbeat: a claim's lease runs from its worker's last heartbeat, which precedes the
-fetch.
+heartbeat of any of them is the worker's, as in procrastinate); the next call registers
+another worker, so a reclaim always presents a new token. procrastinate's fetch does not
+touch the heartbeat: a claim's lease runs from its worker's last heartbeat, which
+precedes the fetch.
 
 The lease asked for is not procrastinate's to take (``Capabilities.lease_for``). A job
 the recipe requeued and the same call fetched again is a claim with ``reclaimed=True``;
@@ -74,33 +84,36 @@ retry is ``deferred_for_retry``, the same as a worker's retry).
 ``@app.periodic(cron="*/10 * * * *")`` with ``@app.task(queueing_lock="retry_stalled_jobs")``:
 procrastinate's periodic deferrer defers one job per period for the whole deployment
 (``JobManager.defer_periodic_job``: the database refuses a second defer of the same
-period), one worker fetches and runs it. The adapter keeps exactly that and shortens the
+period), one worker fetches and runs it. The adapter keeps exactly that, at a shorter
 period: each ``claim_due`` asks ``defer_periodic_job`` for the current period's recipe job
 of its queue (a job of task ``retry_stalled_jobs`` in the procrastinate queue
 ``rdq:recipe:<queue>:<hash>``, periodic id the queue, queueing lock
-``\x1fretry_stalled_jobs:<queue>:<hash>``); the worker that gets it (or finds an earlier
-period's run still waiting) fetches it, runs the recipe and finishes it; every other
-worker goes straight to its fetch. The period is ``procrastinate_recipe_period``
-(:mod:`rdq_procrastinate.dsn`), 0.2 s by default instead of the docs' 10 minutes: the
-period only decides how long after the threshold a stalled job waits (it changes nothing
-about which jobs the recipe takes: any whose worker's heartbeat is older than the
-threshold when it runs), and the kit's liveness rules want a reclaim soon after expiry.
-The recipe is run per queue (``get_stalled_jobs(queue=...)``; the docs: "you're free to
-make the periodic task function more complex"), so that a claim on one queue never
-requeues another's jobs. ``procrastinate_recipe_period=0`` runs it at every claim in
-every worker, unelected (recipe runs then overlap, as they do in a deployment whose
-recipe outlasts its period).
+``\x1fretry_stalled_jobs:<queue>:<hash>``, the period's start in whole seconds as the
+deferrer gives it); the worker that gets it (or finds an earlier period's run still
+waiting, which the deferrer skips as ``AlreadyEnqueued``) fetches it, runs the recipe and
+finishes it; every other worker goes straight to its fetch. The period is
+``procrastinate_recipe_period`` (:mod:`rdq_procrastinate.dsn`): 1 s by default, the cron
+line ``* * * * * *`` (procrastinate's cron page: "as frequent as "1 per second""),
+instead of the docs' 600 s (``*/10 * * * *``). The period only decides how long after the
+threshold a stalled job waits (not which jobs the recipe takes: any whose worker's
+heartbeat is older than the threshold when it runs); a claim in the same period as an
+earlier run finds nothing requeued until the next period. The recipe is run per queue
+(``get_stalled_jobs(queue=...)``; the docs: "you're free to make the periodic task
+function more complex"), so that a claim on one queue never requeues another's jobs.
 
 **SPI mapping.** enqueue: ``defer_job_async`` (``queueing_lock`` = the task id;
 ``AlreadyEnqueued`` -> ``False``, or ``IdConflict`` when the ``todo`` job holding the lock
 is in another queue; the delay as procrastinate's ``schedule_in`` computes it:
 ``utils.utcnow() + delay``). extend_lease: ``update_heartbeat(worker_id)``, then a read of
-``last_heartbeat`` (procrastinate's heartbeat returns nothing and refuses nothing: a
-worker row that was pruned is a silent no-op, reported as now + threshold). complete:
+``last_heartbeat`` (+ the threshold). procrastinate's heartbeat returns nothing and
+refuses nothing: on a worker row that was pruned it updates nothing, and the jobs that
+worker fetched have ``worker_id`` NULL, stalled whatever the threshold, so the lease
+reported is the server's now (none left). complete:
 ``finish_job_by_id_async(job_id, succeeded)``. reschedule: ``retry_job_by_id_async(job_id,
 retry_at=utcnow() + delay)`` (what ``RetryDecision(retry_in=...)`` does). dead_letter:
 ``finish_job_by_id_async(job_id, failed)``. redrive: ``retry_job_by_id_async(job_id,
-utcnow())`` per selected failed job (the Django admin's "Retry Job" action). purge:
+utcnow())`` per selected failed job (the Django admin's "Retry Job" action, which
+catches nothing either: an error ends the redrive). purge:
 procrastinate has no call that deletes a given failed job, so nothing is deleted (0).
 purge_succeeded: ``delete_old_jobs(nb_hours=older_than in hours, queue=queue)``. get,
 stats, dlq_list, now: reads (:mod:`rdq_procrastinate.rows`).
@@ -118,7 +131,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import inspect
 import json
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -130,6 +145,7 @@ import procrastinate
 from procrastinate import exceptions as pe
 from procrastinate import jobs, utils
 from procrastinate.manager import JobManager
+from procrastinate.worker import Worker
 
 from rdq_core.errors import (
     BackendUnavailable,
@@ -164,6 +180,7 @@ __all__ = ["ProcrastinateStorage", "token_of", "worker_and_job"]
 
 T = TypeVar("T")
 UTC = timezone.utc
+log = logging.getLogger(__name__)
 
 CLOCK_DESCRIPTION = (
     "postgres now() for due checks, heartbeats and the stalled threshold (procrastinate's "
@@ -175,6 +192,11 @@ POOL_TIMEOUT_S = 5.0
 #: Connections in one storage's pool (procrastinate's connector pool; calls of several
 #: threads share it).
 POOL_MAX_SIZE = 3
+#: A procrastinate worker, once at its start, prunes the workers whose heartbeat is older
+#: than this (``Worker(stalled_worker_timeout=...)``: procrastinate's default, read from it).
+STALLED_WORKER_TIMEOUT_S: float = (
+    inspect.signature(Worker).parameters["stalled_worker_timeout"].default
+)
 #: The largest id PostgreSQL's bigint holds (worker and job ids are bigint).
 _BIGINT_MAX = 2**63 - 1
 _CURSOR_PREFIX = "procrastinate-dlq:"
@@ -200,10 +222,10 @@ _HOLDER_QUEUE = """
 SELECT queue_name FROM procrastinate_jobs WHERE queueing_lock = %(task_id)s
  ORDER BY (status = 'todo') DESC, id LIMIT 1
 """
+#: A worker's last heartbeat (NULL once its row was pruned) and the server's clock.
 _HEARTBEAT = """
-SELECT COALESCE(
-    (SELECT last_heartbeat FROM procrastinate_workers WHERE id = %(worker_id)s), now()
-) AS beat
+SELECT (SELECT last_heartbeat FROM procrastinate_workers WHERE id = %(worker_id)s) AS beat,
+       now() AS now
 """
 _NOW = "SELECT now() AS now"
 _STATS = """
@@ -296,6 +318,7 @@ class ProcrastinateStorage(Storage):
         self._lock = threading.Lock()
         self._state: tuple[LoopThread, procrastinate.App] | None = None
         self._closed = False
+        self._started = False
         self._durability: tuple[bool, str] | None = None
 
     def __repr__(self) -> str:
@@ -332,6 +355,7 @@ class ProcrastinateStorage(Storage):
                 loop.stop()
                 raise map_error(exc, "open", self._where) from exc
             self._state = (loop, app)
+            self._started = False  # a new process's storage is a worker not yet started
             return self._state
 
     def _run(self, action: str, fn: Callable[[procrastinate.App], Awaitable[T]]) -> T:
@@ -403,27 +427,20 @@ class ProcrastinateStorage(Storage):
 
     # ---- worker ----
 
-    async def _stalled_recipe(self, m: JobManager, queue: str) -> set[int]:
-        """procrastinate's documented recipe on ``queue``; the ids it requeued."""
-        requeued: set[int] = set()
+    async def _stalled_recipe(self, m: JobManager, queue: str, requeued: set[int]) -> None:
+        """procrastinate's documented recipe on ``queue``, as the docs write it; adds to
+        ``requeued`` each job it requeued. Whatever ``get_stalled_jobs`` or ``retry_job``
+        raises ends the run."""
         stalled = await m.get_stalled_jobs(queue=queue, seconds_since_heartbeat=self.threshold_s)
         for job in stalled:
-            try:
-                await m.retry_job(job)
-            except pe.ConnectorException as exc:
-                if is_refusal(exc) or isinstance(exc, pe.UniqueViolation):
-                    continue  # finished meanwhile, or upstream #1446
-                raise
+            await m.retry_job(job)
             assert job.id is not None
             requeued.add(job.id)
-        return requeued
 
     async def _recipe_if_due(self, m: JobManager, queue: str, worker_id: int) -> set[int]:
         """Run the recipe if this period's run is this worker's (see "Schedule")."""
-        period_ms = round(self.recipe_period_s * 1000)
-        if period_ms <= 0:
-            return await self._stalled_recipe(m, queue)
-        tick = int(time.time() * 1000) // period_ms * period_ms  # the deferrer's clock
+        period = self.recipe_period_s
+        tick = int(time.time()) // period * period  # the periodic deferrer's timestamp
         recipe_queue, recipe_id = _recipe_names(queue)
         job = jobs.Job(
             id=None,
@@ -444,14 +461,25 @@ class ProcrastinateStorage(Storage):
         recipe_job = await m.fetch_job([recipe_queue], worker_id)
         if recipe_job is None:
             return set()  # another worker fetched it first
-        requeued = await self._stalled_recipe(m, queue)
-        await m.finish_job(recipe_job, status=jobs.Status.SUCCEEDED, delete_job=False)
+        job_id = recipe_job.id
+        requeued: set[int] = set()
+        status = jobs.Status.SUCCEEDED
+        try:
+            await self._stalled_recipe(m, queue, requeued)
+        except Exception:
+            # what procrastinate's worker does with a task that raised and has no retry
+            # strategy: it logs the error, finishes the job failed and goes on fetching
+            log.exception("the stalled-jobs recipe on queue %r failed (job %s)", queue, job_id)
+            status = jobs.Status.FAILED
+        await m.finish_job(recipe_job, status=status, delete_job=False)
         return requeued
 
     def _claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claim]:
         async def claim(app: procrastinate.App) -> tuple[int, list[int], set[int], list]:
             m: JobManager = app.job_manager
-            await m.prune_stalled_workers(self.threshold_s)  # Worker.run: prune, register
+            if not self._started:  # Worker.run, once: prune, then register
+                await m.prune_stalled_workers(STALLED_WORKER_TIMEOUT_S)
+                self._started = True
             worker_id = await m.register_worker()
             requeued = await self._recipe_if_due(m, queue, worker_id)
             fetched: list[int] = []
@@ -493,18 +521,16 @@ class ProcrastinateStorage(Storage):
         return claims
 
     def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
-        async def beat(app: procrastinate.App) -> datetime:
+        async def beat(app: procrastinate.App) -> dict[str, Any]:
             worker_id, _ = await self._job_of(app, task_id, token)
-            try:
-                await app.job_manager.update_heartbeat(worker_id)
-            except pe.ConnectorException as exc:
-                if is_refusal(exc):  # 3.10.0's heartbeat never refuses; a later one may
-                    raise refused(exc, f"extend_lease of task {task_id!r}") from exc
-                raise
+            await app.job_manager.update_heartbeat(worker_id)
             found = await app.connector.execute_query_all_async(_HEARTBEAT, worker_id=worker_id)
-            return found[0]["beat"]
+            return found[0]
 
-        return self._run("extend_lease", beat).astimezone(UTC) + self.threshold
+        row = self._run("extend_lease", beat)
+        if row["beat"] is None:  # pruned: its jobs' worker_id is NULL, stalled already
+            return row["now"].astimezone(UTC)
+        return row["beat"].astimezone(UTC) + self.threshold
 
     def _finish(self, action: str, task_id: str, token: str, status: jobs.Status) -> None:
         async def finish(app: procrastinate.App) -> None:
@@ -532,12 +558,6 @@ class ProcrastinateStorage(Storage):
                 await app.job_manager.retry_job_by_id_async(
                     job_id=job_id, retry_at=utils.utcnow() + delay
                 )
-            except pe.UniqueViolation as exc:
-                raise StaleClaim(
-                    f"reschedule of task {task_id!r} (job {job_id}): procrastinate refused it: "
-                    f"another todo job holds its queueing lock ({exc.constraint_name}; the "
-                    "job stays 'doing', upstream procrastinate-org/procrastinate#1446)"
-                ) from exc
             except pe.ConnectorException as exc:
                 if is_refusal(exc):
                     raise refused(exc, f"reschedule of task {task_id!r} (job {job_id})") from exc
@@ -619,14 +639,7 @@ class ProcrastinateStorage(Storage):
         async def redrive(app: procrastinate.App) -> int:
             done = 0
             for job_id in job_ids:  # the Django admin's "Retry Job" action, per job
-                try:
-                    await app.job_manager.retry_job_by_id_async(
-                        job_id=job_id, retry_at=utils.utcnow()
-                    )
-                except pe.ConnectorException as exc:
-                    if is_refusal(exc) or isinstance(exc, pe.UniqueViolation):
-                        continue
-                    raise
+                await app.job_manager.retry_job_by_id_async(job_id=job_id, retry_at=utils.utcnow())
                 done += 1
             return done
 
