@@ -273,8 +273,8 @@ class SshWorker:
                 if reply.get("done") == word:
                     return reply
 
-    def wait(self, timeout: float) -> int | None:
-        self._ended.wait(max(0.0, timeout))
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._ended.wait(None if timeout is None else max(0.0, timeout))
         return self._returncode
 
     def release(self) -> None:

@@ -102,6 +102,7 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
                 "targets": list(d.fault.targets),
                 "part": d.fault.part,
                 "pids": sorted(d.fault.pids) if d.fault.pids is not None else None,
+                "offset": d.fault.offset,
                 "late": round(d.late, 3),
                 "took": round(d.took, 3),
                 "detail": d.detail,
@@ -143,6 +144,8 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
         "executions": [_execution(result, x) for x in result.executions],
         "torn": [asdict(t) for t in result.torn],
         "uncertainty": {"seconds": result.uncertainty, "why": result.uncertainty_note},
+        "hosts": result.hosts,
+        "notes": result.notes,
         "counts": result.counts(),
         "verdicts": [_verdict(result, v) for v in result.verdicts],
         "known_upstream": [
@@ -194,6 +197,18 @@ def _verdict_md(result: CampaignResult, v: Verdict, n: int) -> list[str]:
     return out
 
 
+def _host_md(host: dict[str, object]) -> str:
+    """One host of a fleet: its name and address, its workers, its measured clock."""
+    offset, spread = host.get("offset"), host.get("uncertainty")
+    clock = "not measured"
+    if isinstance(offset, float) and isinstance(spread, float):
+        clock = f"clock {offset * 1000:+.2f} ms ± {spread * 1000:.2f} ms"
+    workers = host.get("workers")
+    names = ", ".join(map(str, workers)) if isinstance(workers, list) else ""
+    lost = "; lost during the campaign" if host.get("lost") else ""
+    return f"{host.get('name')} ({host.get('url')}): workers {names or 'none'}; {clock}{lost}"
+
+
 def markdown(result: CampaignResult) -> str:
     """``report.md``: findings, gaps, counts, faults, exits."""
     plan = result.plan
@@ -207,6 +222,8 @@ def markdown(result: CampaignResult) -> str:
         f"gaps: {len(result.gaps)}",
         f"- drain: {result.drain_ended_by}",
         f"- clock uncertainty: {result.uncertainty_note}",
+        *[f"- host {_host_md(h)}" for h in result.hosts],
+        *[f"- {note}" for note in result.notes],
         "- times: +N s after the fault window opened; took "
         + ", ".join(f"{k} {v:g} s" for k, v in result.timings.items()),
         "",

@@ -53,6 +53,10 @@ class CampaignResult:
     known_upstream: tuple[KnownUpstream, ...] = ()
     uncertainty: float = 0.0
     uncertainty_note: str = ""
+    #: The hosts of a fleet the workers ran on (name, address, measured clock, workers).
+    hosts: list[dict[str, object]] = field(default_factory=list)
+    #: What the places say of where the workers ran.
+    notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
