@@ -15,33 +15,44 @@ end of its pair. What is checked:
   checker takes them back (each lies in the campaign in true time); the uncertainty
   comes from the measured clocks; no finding; nothing is left on the hosts;
 - the control broken (a claim that ignores the lease) on two hosts: a
-  ``handed-out-while-held`` finding naming both workers, with no fault in play.
+  ``handed-out-while-held`` finding naming both workers, with no fault in play;
+- the nemesis's part kill, whole-worker pause and kill of a worker on a host act on the
+  processes of its tree there, and the supervisor starts a killed worker again.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
 import pytest
 
+from rdq_compliance import registry
+from rdq_compliance.chaos.fleet_hosts import FleetHosts, load_fleet
 from rdq_compliance.chaos.libfaketime import find_libfaketime
+from rdq_compliance.deployed.campaign import run_campaign
 from rdq_compliance.deployed.control import PROFILES, CoreSystem
 from rdq_compliance.deployed.faults import true_time
+from rdq_compliance.deployed.fleet import Fleet
+from rdq_compliance.deployed.nemesis import Nemesis
+from rdq_compliance.deployed.plan import PlannedFault
 from rdq_compliance.deployed.scenario import load_scenario
+from rdq_compliance.provision import ssh_hosts
+from rdq_compliance.provision.backend import ProvisionRequest
 from tests._ci import missing
 from tests._paths import pythonpath
 from tests._ssh_hosts import wait_no_workers
 from tests._waiting import HANG_S
 from tests.deployed.broken_control import NO_FAULTS, reclaim_ignores_lease_postgres
+from tests.deployed.tree_system import TreeSystem
 
 pytest.importorskip("asyncssh", reason="the ssh extra (asyncssh) is not installed")
 
-from rdq_compliance.chaos.fleet_hosts import FleetHosts, load_fleet  # noqa: E402
-from rdq_compliance.deployed.campaign import run_campaign  # noqa: E402
-from rdq_compliance.provision import ssh_hosts  # noqa: E402
+from rdq_compliance.deployed.remote_places import RemotePlaces
 
 #: Three workers on three hosts; a clock skew of 720 x recovery_after (the fast profile's
 #: 5 s): an hour ahead, so a journal time not taken back is plain to see.
@@ -174,3 +185,54 @@ def test_the_broken_control_on_the_fleet_is_found_handing_a_held_job_out(
     assert set(v.workers) == {"w1", "w2"} and v.causes == ()
     assert f"workers {', '.join(v.workers)}:" in v.message
     assert left == {}, f"processes left on the hosts: {left}"
+
+
+def test_the_nemesis_acts_on_a_workers_tree_on_its_host(
+    fleet: tuple[ssh_hosts.SshHosts, FleetHosts], dsn: str, tmp_path: Path
+) -> None:
+    """A part kill, a whole-worker pause and a whole-worker kill, each done by the
+    worker's watchdog on its host (the hosts share this machine's kernel, so psutil sees
+    the processes the test checks)."""
+    hosts, fleet_hosts = fleet
+    server = registry.load_backend("postgres").provision(ProvisionRequest(tmp_path, dsn=dsn))
+    system = TreeSystem(tmp_path)
+    places = RemotePlaces(fleet_hosts, server, "postgres", tmp_path / "out", ("w1", "w2"))
+    f = Fleet(system, "fast", ("w1", "w2"), tmp_path / "out", grace=2.0, places=places)  # type: ignore[arg-type]
+    try:
+        f.start()
+        for w in ("w1", "w2"):
+            _until(f"{w}'s two children", lambda w=w: len(f.slots[w].process.pids()) == 3)  # type: ignore[union-attr]
+        leader1 = f.slots["w1"].process.pid  # type: ignore[union-attr]
+        children1 = psutil.Process(leader1).children()
+        tree2 = sorted(f.slots["w2"].process.pids())  # type: ignore[union-attr]
+        plan = [
+            PlannedFault("part-kill", 0.2, worker="w1", part="child", pick=0.99),
+            PlannedFault("pause", 0.2, 0.6, worker="w2"),
+            PlannedFault("kill", 1.5, 1.0, worker="w1"),
+        ]
+        result = Nemesis(plan, f, server, "ns", system.parts).run(time.time(), 3.0)
+        assert result.errors == []
+        part, pause, kill = sorted(result.done, key=lambda d: d.planned.at + d.planned.lasts)
+        victim = max(c.pid for c in children1)
+        assert part.fault.pids == frozenset({victim}) and part.fault.part == "child"
+        assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == "zombie"
+        assert pause.detail == f"pids {', '.join(map(str, tree2))}"
+        assert pause.fault.end is not None and pause.fault.end - pause.fault.start >= 0.6
+        assert all(psutil.Process(p).status() != psutil.STATUS_STOPPED for p in tree2)
+        (exit_,) = [e for e in f.exits if e.worker == "w1"]
+        assert (exit_.incarnation, exit_.code, exit_.cause) == (1, -9, "killed by the nemesis")
+        assert kill.fault.end == exit_.restarted
+        assert f.slots["w1"].incarnation == 2 and "w1" in f.live()
+        assert {places.host_of("w1"), places.host_of("w2")} == {"h0", "h1"}
+    finally:
+        f.stop()
+        places.close()
+        server.close()
+    assert wait_no_workers(hosts, HANG_S) == {}
+
+
+def _until(what: str, cond: Callable[[], object]) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not cond():
+        assert time.monotonic() < deadline, f"hang: {what}"
+        time.sleep(0.05)
