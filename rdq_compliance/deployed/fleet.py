@@ -44,8 +44,9 @@ class WorkerFailed(ProcessFailed):
 @dataclass(frozen=True)
 class Exit:
     """A worker's leader exited: ``code`` (negative: the signal), ``at`` (harness clock),
-    ``cause`` (``killed by the nemesis``, ``on its own``, ``stopped by the harness``), the
-    pids of its tree stopped after it, and when it was started again (``None``: never)."""
+    ``cause`` (``killed by the nemesis``, ``on its own``, ``stopped by the harness``, on a
+    fleet ``its host <name> was lost``), the pids of its tree stopped after it, and when
+    it was started again (``None``: never)."""
 
     worker: str
     incarnation: int
@@ -159,7 +160,10 @@ class Fleet:
                 remnants = tuple(process.pids())
                 process.stop(grace=0.0)  # what is left of the tree; releases the watchdog
                 stopping = self._stopping.is_set()
-                cause = slot.cause or ("stopped by the harness" if stopping else "on its own")
+                lost = getattr(process, "lost", None)  # a fleet's host that dropped
+                cause = (
+                    slot.cause or lost or ("stopped by the harness" if stopping else "on its own")
+                )
                 exit_ = Exit(slot.name, slot.incarnation, code, at, cause, remnants)
                 slot.process = None
             with self._changed:
