@@ -82,6 +82,7 @@ def add_commands(sub: argparse._SubParsersAction, parser_class: type) -> None:  
     run.add_argument(
         "--fleet",
         type=Path,
+        metavar="HOSTS",
         help="a hosts file ([fleet] hosts = ...): run the workers on those hosts over SSH, "
         "round-robin, each under the kit's watchdog there; a partition cuts a whole host "
         "from the server and a clock skew is a whole host's (docs/fleet.md)",
