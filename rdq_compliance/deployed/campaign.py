@@ -46,6 +46,7 @@ from pathlib import Path
 from rdq_compliance import registry
 from rdq_compliance.chaos.fleet_hosts import FleetHosts
 from rdq_compliance.deployed import report, upstream, verdicts
+from rdq_compliance.deployed.faults import Fault
 from rdq_compliance.deployed.fleet import Fleet, WorkerFailed
 from rdq_compliance.deployed.local_places import LocalPlaces
 from rdq_compliance.deployed.nemesis import Nemesis
@@ -179,7 +180,7 @@ def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
     result.known_upstream = upstream.known_upstream_of(system, _RULE_IDS)
     judged = verdicts.judge(
         result.executions,
-        result.nemesis.faults,
+        result.faults,
         result.accepted,
         result.final,
         system.promises,
@@ -239,6 +240,11 @@ def _run(
             nemesis.settle_skews(stopped)
         places.collect()
         result.exits = list(fleet.exits)
+        result.host_losses = [
+            Fault("kill", e.at, e.restarted, targets=(e.worker,))
+            for e in result.exits
+            if e.cause.startswith("its host ")
+        ]
         result.launches = fleet.launches
         result.hosts = places.hosts()
         result.notes = places.notes()

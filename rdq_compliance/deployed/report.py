@@ -52,7 +52,7 @@ def _execution(result: CampaignResult, x: Execution) -> dict[str, Any]:
 
 def _true(result: CampaignResult, x: Execution) -> tuple[float, float | None]:
     """An execution's start and end in true time (a skewed worker's taken back)."""
-    faults = result.nemesis.faults
+    faults = result.faults
     ended = None if x.ended is None else true_time(x.worker, x.ended, faults)
     return true_time(x.worker, x.started, faults), ended
 
@@ -159,6 +159,10 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
         "torn": [asdict(t) for t in result.torn],
         "uncertainty": {"seconds": result.uncertainty, "why": result.uncertainty_note},
         "hosts": result.hosts,
+        "host_losses": [
+            {"worker": f.targets[0], "start": _t(result, f.start), "end": _t(result, f.end)}
+            for f in result.host_losses
+        ],
         "notes": result.notes,
         "counts": result.counts(),
         "verdicts": [_verdict(result, v) for v in result.verdicts],
@@ -239,6 +243,11 @@ def markdown(result: CampaignResult) -> str:
         f"- drain: {result.drain_ended_by}",
         f"- clock uncertainty: {result.uncertainty_note}",
         *[f"- host {_host_md(h)}" for h in result.hosts],
+        *[
+            f"- {f.targets[0]} ended with its lost host at +{_t(result, f.start):.3f} s; "
+            "judged as killed then"
+            for f in result.host_losses
+        ],
         *[f"- {note}" for note in result.notes],
         "- times: +N s after the fault window opened; took "
         + ", ".join(f"{k} {v:g} s" for k, v in result.timings.items()),

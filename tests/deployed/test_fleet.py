@@ -17,11 +17,13 @@ end of its pair. What is checked:
 - the control broken (a claim that ignores the lease) on two hosts: a
   ``handed-out-while-held`` finding naming both workers, with no fault in play;
 - the nemesis's part kill, whole-worker pause and kill of a worker on a host act on the
-  processes of its tree there, and the supervisor starts a killed worker again.
+  processes of its tree there, and the supervisor starts a killed worker again;
+- a worker whose host drops is started again on a host left, its exit saying why.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -236,3 +238,35 @@ def _until(what: str, cond: Callable[[], object]) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"hang: {what}"
         time.sleep(0.05)
+
+
+def test_a_worker_whose_host_drops_is_started_again_on_another_host(
+    dsn: str, tmp_path: Path
+) -> None:
+    """Host h1's link goes down under w2: its connection is lost (3 keepalives
+    unanswered), w2's exit says so, and the supervisor starts w2 again on h0."""
+    if ssh_hosts.unavailable():
+        missing(f"no SSH test hosts here: {ssh_hosts.unavailable()}")
+    parts = urlsplit(dsn)
+    relay = (parts.hostname or "127.0.0.1", parts.port or 5432)
+    extra = {"env": {"PYTHONPATH": pythonpath(None)}}
+    with ssh_hosts.SshHosts(2, tmp_path / "hosts", relays=[relay]) as hosts:
+        path = hosts.write_fleet_toml(tmp_path / "hosts.toml", sys.executable, extra)
+        server = registry.load_backend("postgres").provision(ProvisionRequest(tmp_path, dsn=dsn))
+        system = TreeSystem(tmp_path)
+        places = RemotePlaces(load_fleet(path), server, "postgres", tmp_path / "out", ("w1", "w2"))
+        f = Fleet(system, "fast", ("w1", "w2"), tmp_path / "out", grace=2.0, places=places)  # type: ignore[arg-type]
+        try:
+            f.start()
+            assert places.host_of("w2") == "h1"
+            down = ["ip", "netns", "exec", hosts.hosts[1].namespace, "ip", "link", "set",
+                    ssh_hosts.HOST_LINK, "down"]  # fmt: skip
+            subprocess.run(down, check=True)
+            _until("w2 started again", lambda: any(e.restarted for e in f.exits))
+            (exit_,) = f.exits
+            assert (exit_.worker, exit_.cause) == ("w2", "its host h1 was lost")
+            assert places.host_of("w2") == "h0" and f.live() == {"w1", "w2"}
+        finally:
+            f.stop()
+            places.close()
+            server.close()
