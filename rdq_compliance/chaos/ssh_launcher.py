@@ -165,7 +165,7 @@ class RemoteProcess:
     """One process to start on a host under the kit's watchdog.
 
     ``argv`` is in the host's paths; ``env`` is added to the SSH session's environment by
-    ``env(1)``, which execs (the pid stays the program's); ``cwd`` is made if missing
+    the watchdog (sent on its stdin, never on a command line); ``cwd`` is made if missing
     (``None``: the session's folder). ``files`` are written into the host's campaign
     folder first (name -> text). The process's journal is ``<name>.jsonl`` there (created
     empty, mirrored to the launcher's ``history_dir``), its log ``<log or name>.log``
@@ -546,12 +546,10 @@ class SshLauncher:
             pass
         if spec.cwd is not None:
             await link.conn.run(f"mkdir -p {shlex.quote(spec.cwd)}", check=True, timeout=30)
-        argv = list(spec.argv)
-        if spec.env:  # env(1) execs: the pid stays the program's
-            argv = ["env", *(f"{k}={v}" for k, v in spec.env), *argv]
         log = spec.log or spec.name
         request = {
-            "argv": argv,
+            "argv": list(spec.argv),
+            "env_add": dict(spec.env),
             "cwd": spec.cwd,
             "log": f"{link.workdir}/{log}.log",
             "stop_signal": int(signals.SIGTERM),

@@ -6,7 +6,8 @@ here would fail at once); it walks ``/proc`` itself for the same reason. Its std
 pipe whose only writer is the kit process; the protocol is line-based.
 
 kit → watchdog
-    first line: a JSON object describing the process to start (``argv``, ``cwd``, ``env``,
+    first line: a JSON object describing the process to start (``argv``, ``cwd``, ``env``
+    (the whole environment) or ``env_add`` (variables added to the watchdog's own),
     ``uid``, ``gid``, ``groups``, ``log``, ``stop_signal``, ``grace``, ``cleanup``); then
     commands: ``kill`` (SIGKILL the whole tree now), ``stop <grace>`` (the stop signal to
     the leader, then SIGKILL the tree after ``grace`` seconds), ``signal <n>`` (signal
@@ -151,11 +152,14 @@ class Watchdog:
         kwargs: dict[str, Any] = {}
         if c.get("uid") is not None:
             kwargs.update(user=c["uid"], group=c["gid"], extra_groups=c.get("groups") or [])
+        env = c.get("env")
+        if c.get("env_add"):
+            env = {**(env if env is not None else os.environ), **c["env_add"]}
         with open(c["log"], "ab", buffering=0) as log:
             self.leader = subprocess.Popen(
                 c["argv"],
                 cwd=c.get("cwd"),
-                env=c.get("env"),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -472,7 +472,7 @@ def test_the_launchers_verbs_reach_the_worker_process_on_its_host(redis_session,
             assert clock.host == "h0" and clock.samples == 16 and clock.uncertainty < 1.0
             w = launcher.start(WorkerStart("w0", 0, replace(config, proc="w0"), None))
             proc = psutil.Process(w.pid)  # one kernel: the host's pid is this machine's
-            # the host starts the worker through env(1), which then execs into Python
+            # the watchdog on the host starts the worker, its environment added there
             _until(lambda: "worker_main" in " ".join(proc.cmdline()), "the worker's exec")
             assert w.running
             assert launcher.leftovers() == [f"h0 pid {w.pid}"]
