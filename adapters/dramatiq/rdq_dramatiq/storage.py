@@ -117,8 +117,6 @@ from dramatiq.middleware import Retries
 from dramatiq.results import ResultFailure, ResultMissing, Results
 from dramatiq.results.backends import RedisBackend as RedisResults
 from dramatiq.worker import POST_PROCESS_MESSAGE_RETRY_DELAY_SECS
-from redis.backoff import NoBackoff
-from redis.retry import Retry as RedisRetry
 
 from rdq_core.errors import BackendUnavailable, NotFound, RdqError, StaleClaim
 from rdq_core.model import (
@@ -140,7 +138,7 @@ from rdq_dramatiq import codec
 from rdq_dramatiq.keys import Keys, broker_namespace
 from rdq_dramatiq.observed import Dispatcher
 from rdq_dramatiq.reads import Reader
-from rdq_dramatiq.settings import Settings, parse_dsn
+from rdq_dramatiq.settings import Settings, parse_dsn, with_params
 
 __all__ = ["DRAMATIQ_VERSION", "DramatiqStorage", "Unsupported"]
 
@@ -210,35 +208,32 @@ class DramatiqStorage(Storage):
         self.namespace = namespace
         self.settings: Settings = parse_dsn(dsn)
         s = self.settings
-        name = f"rdq:{namespace}"  # the redis backend cuts a namespace's connections by name
-        # The broker's client: redis-py's defaults, as RedisBroker(url=...) builds it.
-        self._client = redis.Redis.from_url(s.url, client_name=name)
-        # The observed MULTIs' client: no automatic retry (see rdq_dramatiq.observed).
-        self._observer = redis.Redis.from_url(
-            s.url, client_name=name, retry=RedisRetry(NoBackoff(), 0)
-        )
         prefix = broker_namespace(namespace)
+        # dramatiq's RedisBroker builds its one client from the URL (redis-py's
+        # ConnectionPool.from_url, whatever retry policy that gives); the connections are
+        # named rdq:<namespace> (a URL parameter redis-py reads) so that the redis
+        # backend's connection cut finds them.
+        self.broker = RedisBroker(
+            url=with_params(s.url, {"client_name": f"rdq:{namespace}"}),
+            namespace=prefix,
+            middleware=[Retries(max_retries=None)],
+            heartbeat_timeout=s.heartbeat_timeout_ms,
+            maintenance_chance=s.maintenance_chance,
+        )
+        self._client: redis.Redis = self.broker.client
         # Results keys <namespace>:<queue>:<actor>:<message_id> (use_namespace_prefix_keys),
-        # under the broker's prefix, so the kit's namespace drop removes them too.
+        # under the broker's prefix, so the kit's namespace drop removes them too; stored
+        # over the broker's own client.
         self.results = RedisResults(
             client=self._client,
             namespace=f"{prefix}:{RESULTS_NAMESPACE}",
             use_namespace_prefix_keys=True,
         )
-        self.broker = RedisBroker(
-            client=self._client,
-            namespace=prefix,
-            middleware=[
-                Retries(max_retries=None),
-                Results(backend=self.results, store_results=True),
-            ],
-            heartbeat_timeout=s.heartbeat_timeout_ms,
-            maintenance_chance=s.maintenance_chance,
-        )
+        self.broker.add_middleware(Results(backend=self.results, store_results=True))
         self.keys = Keys(self.broker.namespace)
-        self._dispatch = Dispatcher(self.broker, self._observer)
+        self._dispatch = Dispatcher(self.broker, self._client)
         self._reader = Reader(
-            self._observer, self.keys, s.heartbeat_timeout_ms, self.results.namespace
+            self._client, self.keys, s.heartbeat_timeout_ms, self.results.namespace
         )
         # The last copy of each message this process sent or fetched: what a dramatiq
         # caller keeps to ask message.get_result() later (queue, actor, id), and what get()
@@ -670,8 +665,8 @@ class DramatiqStorage(Storage):
         """dramatiq configures nothing on the server: durable iff Redis itself is set to
         AOF with ``appendfsync always`` (read with ``CONFIG GET``)."""
         try:
-            aof = self._observer.config_get("appendonly").get("appendonly")
-            fsync = self._observer.config_get("appendfsync").get("appendfsync")
+            aof = self._client.config_get("appendonly").get("appendonly")
+            fsync = self._client.config_get("appendfsync").get("appendfsync")
         except redis.RedisError as exc:
             return False, f"the server's persistence could not be read ({type(exc).__name__})"
         durable = aof == "yes" and fsync == "always"
@@ -695,6 +690,8 @@ class DramatiqStorage(Storage):
         except (redis.RedisError, BrokerConnectionError, OSError):
             pass  # as ConsumerThread.close: the delayed messages wait for maintenance
         finally:
-            for client in (self._client, self._observer):
-                with contextlib.suppress(Exception):
-                    client.close()
+            self.broker.close()
+            # RedisBroker.close does nothing (a worker process ends instead): the kit opens
+            # many storages in one process, so the pool's sockets are closed here.
+            with contextlib.suppress(Exception):
+                self._client.connection_pool.disconnect()
