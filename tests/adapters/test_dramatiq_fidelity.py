@@ -1,5 +1,7 @@
 """The dramatiq adapter adds nothing dramatiq 2.2.1 lacks (``adapters/dramatiq``): one Redis
-client, the one ``RedisBroker(url=...)`` builds, carries every call.
+client, the one ``RedisBroker(url=...)`` builds, carries every call; an ack or nack that
+meets a connection error is tried again every 5 s until Redis answers, as dramatiq's
+``ConsumerThread.post_process_message`` does, however long that takes.
 
 Needs the Redis at ``RDQ_REDIS_DSN`` (default ``redis://127.0.0.1:6379/0``); every key is
 under the kit's prefix of a namespace of its own (``rdq:{<namespace>``), deleted at the
@@ -11,17 +13,22 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from rdq_dramatiq import storage as storage_module
 from rdq_dramatiq.settings import parse_dsn, with_params
 from rdq_dramatiq.storage import DramatiqStorage
 
+from rdq_core.errors import BackendUnavailable
+from rdq_core.model import NewTask, Status
 from tests._ci import missing
 
 DSN = os.environ.get("RDQ_REDIS_DSN") or os.environ.get("RDQ_DSN") or "redis://127.0.0.1:6379/0"
+LEASE = timedelta(seconds=30)
 
 
 @pytest.fixture
@@ -58,6 +65,13 @@ def _settings(client: redis.Redis) -> dict[str, Any]:
     }
 
 
+def _claim(st: DramatiqStorage) -> tuple[str, str]:
+    task_id = f"t-{uuid.uuid4().hex[:8]}"
+    st.enqueue(NewTask(id=task_id, queue="q", handler="h", payload=b"x"))
+    (claim,) = st.claim_due("q", 1, LEASE)
+    return claim.task.id, claim.token
+
+
 def test_every_call_goes_over_the_client_dramatiqs_broker_built(opened):
     """The dispatch script's MULTI, the reads and the Results middleware all use the
     client ``RedisBroker`` made from the URL, configured as ``RedisBroker(url=...)``
@@ -80,3 +94,57 @@ def test_the_observed_multi_is_sent_once(opened):
     first try took effect would read that effect). redis-py 8.2.0 gives a URL-built pool
     no retry; a release that changes it fails here."""
     assert _settings(opened.broker.client)["retries"] == 0
+
+
+class _Clock:
+    """Stands for the ``time`` module in the adapter: ``sleep`` only moves ``now``."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_an_ack_is_retried_until_redis_answers_however_long(opened, monkeypatch):
+    """20 connection errors in a row (100 s of dramatiq's 5 s waits): the ack is then
+    taken and the task SUCCEEDED, as a dramatiq worker thread waits out any outage."""
+    task_id, token = _claim(opened)
+    clock = _Clock()
+    monkeypatch.setattr(storage_module, "time", clock)
+    real = opened._dispatch.run
+    left = {"errors": 20}
+
+    def down_for_a_while(command: str, *args: Any, **kwargs: Any) -> Any:
+        if command == "ack" and left["errors"]:
+            left["errors"] -= 1
+            raise redis.ConnectionError("Connection refused")
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(opened._dispatch, "run", down_for_a_while)
+    opened.complete(task_id, token)
+    assert left["errors"] == 0 and clock.now >= 100
+    assert opened.get(task_id).status is Status.SUCCEEDED
+
+
+def test_closing_the_storage_ends_the_wait(opened, monkeypatch):
+    """Redis never answers: the wait ends when the storage is closed (what ends a
+    dramatiq worker's is the end of its process), and the ack is an unknown outcome."""
+    task_id, token = _claim(opened)
+    clock = _Clock()
+    monkeypatch.setattr(storage_module, "time", clock)
+    tries = {"n": 0}
+
+    def never(command: str, *args: Any, **kwargs: Any) -> Any:
+        tries["n"] += 1
+        if tries["n"] == 3:
+            opened._closed = True  # what close() sets first, from another thread
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(opened._dispatch, "run", never)
+    with pytest.raises(BackendUnavailable, match="closed while Redis did not answer"):
+        opened.complete(task_id, token)
+    assert tries["n"] == 3

@@ -158,10 +158,6 @@ RESULTS_NAMESPACE = "dramatiq-results"
 SEEN_MESSAGES = 1_000_000
 #: How many deliveries a storage holds at most (a worker's messages in flight).
 HELD_DELIVERIES = 100_000
-#: How long an ack or nack is retried on connection errors before the call gives up with
-#: ``BackendUnavailable`` (dramatiq's worker retries until Redis answers, every 5 s; the
-#: kit must never hang on a server that is gone for good).
-POST_PROCESS_PATIENCE_S = 60.0
 #: The connection errors dramatiq's worker waits out: ``BrokerConnectionError``, which
 #: the consumer makes of redis-py's ``ConnectionError`` alone (R L312-313, L321-322). A
 #: ``redis.TimeoutError`` is not one: the worker gives up on it (W L443-449), and so does
@@ -323,21 +319,20 @@ class DramatiqStorage(Storage):
         return held
 
     def _until_redis_answers(self, what: str, call: Callable[[], _T]) -> tuple[_T, bool]:
-        """``call()`` retried every 5 s on connection errors, as
-        ``ConsumerThread.post_process_message`` does (W L429-440), for at most
-        :data:`POST_PROCESS_PATIENCE_S`; ``(result, whether a try was lost)``."""
+        """``call()`` retried every 5 s on connection errors until Redis answers, as
+        ``ConsumerThread.post_process_message`` does (W L407-440); ``(result, whether a
+        try was lost)``. Only closing the storage ends the wait (``BackendUnavailable``),
+        as only the end of its process ends a dramatiq worker thread's."""
         lost = False
-        deadline = time.monotonic() + POST_PROCESS_PATIENCE_S
         while True:
             try:
                 return call(), lost
             except _CONNECTION_ERRORS as exc:
                 lost = True
-                late = time.monotonic() + POST_PROCESS_MESSAGE_RETRY_DELAY_SECS > deadline
-                if self._closed or late:
+                if self._closed:
                     raise BackendUnavailable(
-                        f"dramatiq adapter, {what}: Redis did not answer for "
-                        f"{POST_PROCESS_PATIENCE_S:.0f} s ({type(exc).__name__}: {exc})"
+                        f"dramatiq adapter, {what}: the storage was closed while Redis did "
+                        f"not answer ({type(exc).__name__}: {exc})"
                     ) from None
                 log.warning(
                     "rdq-dramatiq: %s failed (%s); retried in %s s, as dramatiq's worker does",
