@@ -84,12 +84,16 @@ the dead-broker threshold, ``eta``, ``message_timestamp``, the dead-letter score
 ``dramatiq.common.current_millis()`` of the process that calls (common.py L75-77). The
 storage clock the adapter reports is that one: ``current_millis()`` of this process.
 
-**The deployment.** ``RedisBroker(namespace=<the kit's key prefix>, heartbeat_timeout,
-maintenance_chance, middleware=[Retries(max_retries=None), Results(store_results=True)])``:
-Retries without a limit ("``None`` means the message should be retried indefinitely",
-guide "Message Retries": rdq's worker decides when to give up and calls dead_letter), and
-the Results middleware, dramatiq's documented way to learn that a message was processed
-(an ack deletes the message: the stored result is all that shows a success).
+**The deployment.** ``RedisBroker(url=<the server's URL, connections named
+rdq:<namespace>>, namespace=<the kit's key prefix>, heartbeat_timeout, maintenance_chance,
+middleware=[Retries(max_retries=None)])`` plus ``Results(store_results=True)`` over the
+broker's own client: Retries without a limit ("``None`` means the message should be
+retried indefinitely", guide "Message Retries": rdq's worker decides when to give up and
+calls dead_letter), and the Results middleware, dramatiq's documented way to learn that a
+message was processed (an ack deletes the message: the stored result is all that shows a
+success). One Redis client carries every call, the one ``RedisBroker`` built from the URL;
+the adapter sets nothing on it. Each setting changed from dramatiq's defaults is listed
+with its default and docs line in :mod:`rdq_dramatiq.settings`.
 """
 
 from __future__ import annotations
