@@ -423,7 +423,7 @@ class DramatiqStorage(Storage):
                 # Logged before the two calls and after them: a worker killed between the
                 # enqueue and the ack leaves the first line without the second (the
                 # original is then requeued by maintenance and promoted again: dramatiq's
-                # at-least-once crash window, which the control's test tells apart).
+                # at-least-once crash window, which the whole-kit test tells apart).
                 promotions.info(
                     "rdq-dramatiq: promoting delayed message %s (message_id %r)",
                     message.options.get("redis_message_id"),
