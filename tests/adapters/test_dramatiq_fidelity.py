@@ -11,6 +11,7 @@ end. Without a Redis these tests skip, except under ``CI=true``.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -148,3 +149,95 @@ def test_closing_the_storage_ends_the_wait(opened, monkeypatch):
     with pytest.raises(BackendUnavailable, match="closed while Redis did not answer"):
         opened.complete(task_id, token)
     assert tries["n"] == 3
+
+
+# ---- the delay-queue consumer's errors, as ConsumerThread.run takes them ----------------------
+
+
+def _delayed(st: DramatiqStorage, *delays_ms: int) -> list[str]:
+    """Tasks enqueued with these delays, fetched into the storage's memory (a claim_due
+    that finds none of them due); their ids."""
+    ids = []
+    for delay in delays_ms:
+        task_id = f"d-{uuid.uuid4().hex[:8]}"
+        st.enqueue(NewTask(id=task_id, queue="q", handler="h", delay=timedelta(milliseconds=delay)))
+        ids.append(task_id)
+    assert st.claim_due("q", 10, LEASE) == []
+    return ids
+
+
+def _dq_state(st: DramatiqStorage) -> tuple[int, int]:
+    """(ids waiting on the ``q.DQ`` list, ids in this worker's ``q.DQ`` ack set)."""
+    r = st.broker.client
+    prefix = st.broker.namespace
+    return r.llen(f"{prefix}:q.DQ"), r.scard(f"{prefix}:__acks__.{st.broker.broker_id}.q.DQ")
+
+
+def _failing(st: DramatiqStorage, monkeypatch: pytest.MonkeyPatch, when: Any, exc: Exception):
+    """``st``'s dispatch script raises ``exc`` once for the call ``when(command, queue)``."""
+    real = st._dispatch.run
+    left = {"n": 1}
+
+    def run(command: str, queue: str, *args: Any, **kwargs: Any) -> Any:
+        if left["n"] and when(command, queue):
+            left["n"] -= 1
+            raise exc
+        return real(command, queue, *args, **kwargs)
+
+    monkeypatch.setattr(st._dispatch, "run", run)
+    return left
+
+
+def test_a_timed_out_delay_fetch_gives_the_held_messages_back(opened, monkeypatch):
+    """A ``redis.TimeoutError`` of the delay-queue fetch is no ``ConnectionClosed``: the
+    consumer thread closes, and its ``close`` requeues the delayed messages it held to
+    the ``q.DQ`` list (they do not stay in the live worker's ack set)."""
+    _delayed(opened, 3_600_000, 3_600_000)
+    assert _dq_state(opened) == (0, 2)
+    _failing(opened, monkeypatch, lambda c, q: c == "fetch" and q == "q.DQ", redis.TimeoutError())
+    with pytest.raises(BackendUnavailable):
+        opened.claim_due("q", 10, LEASE)
+    assert _dq_state(opened) == (2, 0)
+
+
+def test_a_connection_error_of_the_delay_fetch_drops_the_held_messages(opened, monkeypatch):
+    """A ``redis.ConnectionError`` of the delay-queue fetch is the consumer's
+    ``ConnectionClosed``: dramatiq drops its in-memory delay queue (W L325-327), and the
+    messages stay in the live worker's ``q.DQ`` ack set."""
+    _delayed(opened, 3_600_000, 3_600_000)
+    _failing(
+        opened, monkeypatch, lambda c, q: c == "fetch" and q == "q.DQ", redis.ConnectionError()
+    )
+    with pytest.raises(BackendUnavailable):
+        opened.claim_due("q", 10, LEASE)
+    assert _dq_state(opened) == (0, 2)
+    assert opened._delayed["q"] == []
+
+
+def test_a_failed_promotion_enqueue_gives_the_other_held_messages_back(opened, monkeypatch):
+    """The copy's ``broker.enqueue`` raises a connection error dramatiq does not wrap: the
+    consumer closes and requeues the delayed messages it still holds; the one being
+    promoted stays in the ack set (popped from memory, as ``iter_queue`` pops it)."""
+    _delayed(opened, 3000, 3_600_000)
+    time.sleep(3.2)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(opened.broker, "enqueue", refused)
+    with pytest.raises(BackendUnavailable):
+        opened.claim_due("q", 10, LEASE)
+    assert _dq_state(opened) == (1, 1)
+
+
+def test_a_timed_out_promotion_ack_is_logged_and_the_promotions_go_on(opened, monkeypatch):
+    """The ack of a promoted original times out: ``post_process_message`` logs it and
+    returns, so the next due message is promoted too, and both copies are claimable."""
+    ids = _delayed(opened, 3000, 3000)
+    time.sleep(3.2)
+    left = _failing(
+        opened, monkeypatch, lambda c, q: c == "ack" and q == "q.DQ", redis.TimeoutError()
+    )
+    claims = opened.claim_due("q", 10, LEASE)
+    assert left["n"] == 0
+    assert sorted(c.task.id for c in claims) == sorted(ids)

@@ -167,8 +167,6 @@ HELD_DELIVERIES = 100_000
 #: ``redis.TimeoutError`` is not one: the worker gives up on it (W L443-449), and so does
 #: the adapter (``BackendUnavailable``, outcome unknown).
 _CONNECTION_ERRORS = (redis.ConnectionError, BrokerConnectionError)
-#: What leaves a promotion's outcome unknown: the above, or a reply that never came.
-_LOST_REPLIES = (*_CONNECTION_ERRORS, redis.TimeoutError)
 
 _T = TypeVar("_T")
 
@@ -401,58 +399,90 @@ class DramatiqStorage(Storage):
         """The delay-queue consumer thread of ``queue``: fetch delayed messages into this
         worker's memory up to the prefetch, then ``handle_delayed_messages`` (W L346-362):
         each message whose eta passed is enqueued again without its eta, then its
-        delayed original is acked (two separate calls, as in dramatiq). A connection error
-        drops the delayed messages held in memory, as ``ConsumerThread.run`` does
-        (W L325-327; they stay in this worker's ack set of the delay queue)."""
+        delayed original is acked (two separate calls, as in dramatiq).
+
+        Errors go where ``ConsumerThread.run`` sends them (W L325-340): a connection error
+        of the fetch is the consumer's ``ConnectionClosed`` and drops the delayed messages
+        held in memory (W L325-327; they stay in this worker's ack set of the delay
+        queue); any other error (a timeout, or a connection error of the copy's
+        ``enqueue``, which dramatiq does not wrap) closes the consumer, whose ``close``
+        gives the messages still held back to the delay queue with ``requeue``
+        (W L329-333, L482-489). An ack that times out is logged and the promotion goes
+        on, as ``post_process_message`` does (W L445-452)."""
         dq = dq_name(queue)
         held = self._delayed.setdefault(queue, [])
         try:
             room = self.settings.delay_prefetch - len(held)
             if room > 0:
-                _, proxies = self._fetch(dq, room)
+                try:
+                    _, proxies = self._fetch(dq, room)
+                except redis.ConnectionError:
+                    held.clear()
+                    raise
                 for proxy in proxies:
                     eta = proxy.options.get("eta")
                     if not isinstance(eta, (int, float)):
                         eta = current_millis()
                     heapq.heappush(held, _Delayed(int(eta), next(self._seq), proxy))
             while held and held[0].eta <= current_millis():
-                item = heapq.heappop(held)
-                message = item.proxy
-                fresh = message.copy(queue_name=queue)
-                del fresh.options["eta"]
-                # Logged before the two calls and after them: a worker killed between the
-                # enqueue and the ack leaves the first line without the second (the
-                # original is then requeued by maintenance and promoted again: dramatiq's
-                # at-least-once crash window, which the whole-kit test tells apart).
-                promotions.info(
-                    "rdq-dramatiq: promoting delayed message %s (message_id %r)",
-                    message.options.get("redis_message_id"),
-                    message.message_id,
-                )
-                self.broker.enqueue(fresh)
-                self.broker.emit_before("ack", message)
-                took = self._observed_ack(dq, message, "ack", strict=False)
-                self.broker.emit_after("ack", message)
-                promotions.info(
-                    "rdq-dramatiq: promoted delayed message %s (message_id %r), ack %s",
-                    message.options.get("redis_message_id"),
-                    message.message_id,
-                    "taken" if took else "refused",
-                )
-                if not took:
-                    # Finding F3 (dramatiq #431): the copy is enqueued although this worker
-                    # no longer held the delayed message (another worker's maintenance gave
-                    # it to a worker that promotes it too).
-                    log.warning(
-                        "rdq-dramatiq: F3: promoted delayed message %s (message_id %r) "
-                        "that this worker no longer held: its ack on %r was refused",
-                        message.options.get("redis_message_id"),
-                        message.message_id,
-                        dq,
-                    )
-        except _LOST_REPLIES:
-            held.clear()
+                self._promote(queue, dq, heapq.heappop(held).proxy)
+        except (redis.RedisError, OSError):
+            self._give_back(dq, held)
             raise
+
+    def _promote(self, queue: str, dq: str, message: MessageProxy) -> None:
+        """One message of ``handle_delayed_messages`` (W L356-361)."""
+        fresh = message.copy(queue_name=queue)
+        del fresh.options["eta"]
+        rid = message.options.get("redis_message_id")
+        # Logged before the two calls and after them: a worker killed between the enqueue
+        # and the ack leaves the first line without the second (the original is then
+        # requeued by maintenance and promoted again: dramatiq's at-least-once crash
+        # window, which the whole-kit test tells apart).
+        promotions.info(
+            "rdq-dramatiq: promoting delayed message %s (message_id %r)", rid, message.message_id
+        )
+        self.broker.enqueue(fresh)
+        self.broker.emit_before("ack", message)
+        try:
+            took: bool | None = self._observed_ack(dq, message, "ack", strict=False)
+        except redis.TimeoutError:
+            took = None
+            log.exception(
+                "rdq-dramatiq: unhandled error during post_process_message(%s), as "
+                "dramatiq's worker logs it; the promotion goes on",
+                message,
+            )
+        else:
+            self.broker.emit_after("ack", message)
+        words = {True: "taken", False: "refused", None: "unknown (timed out)"}
+        promotions.info(
+            "rdq-dramatiq: promoted delayed message %s (message_id %r), ack %s",
+            rid,
+            message.message_id,
+            words[took],
+        )
+        if took is False:
+            # F3 (upstream Bogdanp/dramatiq#431): the copy is enqueued although this worker
+            # no longer held the delayed message (another worker's maintenance gave it to
+            # a worker that promotes it too).
+            log.warning(
+                "rdq-dramatiq: F3: promoted delayed message %s (message_id %r) "
+                "that this worker no longer held: its ack on %r was refused",
+                rid,
+                message.message_id,
+                dq,
+            )
+
+    def _give_back(self, dq: str, held: list[_Delayed]) -> None:
+        """``ConsumerThread.close`` after an unexpected error: ``requeue`` of the delayed
+        messages the consumer still holds (W L482-489). A Redis error of that requeue
+        escapes (dramatiq's ``close`` catches only ``BrokerConnectionError``, which the
+        broker never raises here); the messages are dropped from memory either way."""
+        proxies = [item.proxy for item in held]
+        held.clear()
+        if proxies:
+            self.broker.consume(dq).requeue(proxies)
 
     def _lease_end(self, timestamp_ms: int) -> datetime:
         return codec.utc_ms(timestamp_ms + self.settings.heartbeat_timeout_ms)
