@@ -67,7 +67,7 @@ if len(sys.argv) > 2 and sys.argv[1] == "--worker":  # worker A, in the child pr
         raise RuntimeError("failed after resuming")
 
     Worker(dramatiq.get_broker(), **A_WORKER).start()
-    time.sleep(HB / 1000 + 300)  # the parent ends it sooner
+    time.sleep(HB / 1000 + 900)  # the parent ends it sooner
     sys.exit(0)
 
 from dramatiq import Message  # noqa: E402
@@ -108,7 +108,7 @@ try:
     from dramatiq.message import Message as M
 
     t0 = time.time()
-    while not copies and time.time() - t0 < 120:  # a starved machine can delay A for long
+    while not copies and time.time() - t0 < 300:  # a starved machine can delay A for long
         time.sleep(0.5)
         for key in (f"{NS}:q.DQ.msgs", f"{NS}:q.msgs"):
             for data in r.hvals(key):

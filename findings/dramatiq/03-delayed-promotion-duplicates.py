@@ -74,7 +74,7 @@ def scheduled(label: str) -> None:
 
 if IS_A:
     Worker(broker, **THREADS).start()
-    time.sleep(DELAY_MS / 1000 + 300)  # the parent ends it sooner
+    time.sleep(DELAY_MS / 1000 + 900)  # the parent ends it sooner
     sys.exit(0)
 
 
@@ -114,7 +114,7 @@ try:
     time.sleep(1)
     os.kill(child.pid, signal.SIGCONT)
     print("A resumed; waiting past the eta")
-    while time.time() < sent + DELAY_MS / 1000 + 120 and rr.llen(f"{NS}:runs") < 2:
+    while time.time() < sent + DELAY_MS / 1000 + 300 and rr.llen(f"{NS}:runs") < 2:
         time.sleep(0.5)
     time.sleep(1)  # a third run, if any
     runs = [x.decode() for x in rr.lrange(f"{NS}:runs", 0, -1)]
