@@ -38,7 +38,8 @@ heartbeat stays fresh and B gets nothing (exit 0).
 
 About 6 s with ``--fast``, 80-100 s at the defaults. Server: ``DRAMATIQ_REDIS_URL``
 (default ``redis://127.0.0.1:6379/11``); every key is under a namespace of this run,
-deleted at the end. Exit 1 while the behaviour is present, else 0.
+deleted at the end. Exit 1 while the behaviour is present, 2 when the scene could not be
+set (no verdict), else 0.
 """
 
 import os
@@ -77,6 +78,10 @@ def later(i: int) -> None:
     pass
 
 
+class SetupFailed(Exception):
+    """The scene could not be set (exit 2: no verdict)."""
+
+
 def hb_age() -> int | None:
     score = r.zscore(f"{NS}:__heartbeats__", A.broker_id)
     return None if score is None else int(time.time() * 1000 - score)
@@ -88,6 +93,7 @@ def held(queue: str) -> int:
 
 wa = None
 dup = []
+setup_failed = None
 try:
     delayed = 0 if "--control" in sys.argv else 1000 * THREADS
     for i in range(delayed):
@@ -97,9 +103,11 @@ try:
     wa = Worker(A, worker_threads=THREADS)
     wa.start()
     t0 = time.time()
-    while (held("q"), held("q.DQ")) != (2 * THREADS, delayed) and time.time() - t0 < 60:
+    while (held("q"), held("q.DQ")) != (2 * THREADS, delayed) and time.time() - t0 < 600:
         time.sleep(0.2)
     print(f"A holds q={held('q')} q.DQ={held('q.DQ')}, running {sorted(running)}")
+    if (held("q"), held("q.DQ")) != (2 * THREADS, delayed):
+        raise SetupFailed("A did not fetch every message within 600 s")
     t0 = time.time()
     while (hb_age() or 0) < HB + 500 and time.time() - t0 < HB / 1000 + 5:
         time.sleep(0.2)
@@ -120,11 +128,16 @@ try:
     print(f"B fetched {labels}; A is still executing {dup}")
     for m in got:
         cb.ack(m)
+except SetupFailed as exc:
+    setup_failed = exc
 finally:
     if wa is not None:
         wa.stop(timeout=2000)
     for key in r.scan_iter(f"{NS}:*"):
         r.delete(key)
+if setup_failed is not None:
+    print(f"NO VERDICT: {setup_failed}")
+    sys.exit(2)
 if dup:
     print("BEHAVIOUR PRESENT: a live worker's running message was handed to another consumer")
     sys.exit(1)

@@ -32,7 +32,8 @@ at the defaults, so that it wins the maintenance draw within seconds (about 1000
 
 About 8 s with ``--fast``, 65-75 s at the defaults. Server: ``DRAMATIQ_REDIS_URL``
 (default ``redis://127.0.0.1:6379/11``); every key is under a namespace of this run,
-deleted at the end. Exit 1 while the behaviour is present, else 0.
+deleted at the end. Exit 1 while the behaviour is present, 2 when the scene could not be
+set (no verdict), else 0.
 """
 
 import os
@@ -73,6 +74,11 @@ if len(sys.argv) > 2 and sys.argv[1] == "--worker":  # worker A, in the child pr
 from dramatiq import Message  # noqa: E402
 from dramatiq.brokers.redis import RedisBroker  # noqa: E402
 
+
+class SetupFailed(Exception):
+    """The scene could not be set (exit 2: no verdict)."""
+
+
 NS = f"rdq-f2-{uuid.uuid4().hex[:8]}"
 r = redis.Redis.from_url(URL)
 producer = RedisBroker(url=URL, namespace=NS)
@@ -84,11 +90,13 @@ child = subprocess.Popen(
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
 )
-done, copies = None, []
+done, copies, setup_failed = None, [], None
 try:
     t0 = time.time()
-    while not r.lrange(f"{NS}:started", 0, -1) and time.time() - t0 < 20:
+    while not r.lrange(f"{NS}:started", 0, -1) and time.time() - t0 < 600:
         time.sleep(0.05)
+    if not r.lrange(f"{NS}:started", 0, -1):
+        raise SetupFailed("A did not start the message within 600 s")
     os.kill(child.pid, signal.SIGSTOP)
     print("A started the message and was paused (SIGSTOP)")
     time.sleep(HB / 1000 + 1)
@@ -116,6 +124,8 @@ try:
                 if m.message_id == sent.message_id:
                     copies.append((key.split(":", 1)[1], m.options.get("retries")))
     print(f"copies of the completed message still queued: {copies}")
+except SetupFailed as exc:
+    setup_failed = exc
 finally:
     os.kill(child.pid, signal.SIGCONT)
     child.terminate()
@@ -125,6 +135,9 @@ finally:
         child.kill()
     for key in r.scan_iter(f"{NS}:*"):
         r.delete(key)
+if setup_failed is not None:
+    print(f"NO VERDICT: {setup_failed}")
+    sys.exit(2)
 if done is not None and copies:
     print("BEHAVIOUR PRESENT: a stale worker's retry re-scheduled a message that had succeeded")
     sys.exit(1)

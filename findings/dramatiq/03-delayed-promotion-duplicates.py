@@ -36,8 +36,8 @@ worker does with the messages it holds when it shuts down), and B's worker fetch
 
 About 14 s with ``--fast``, 100-110 s at the defaults. Server: ``DRAMATIQ_REDIS_URL``
 (default ``redis://127.0.0.1:6379/11``); every key is under a namespace of this run,
-deleted at the end. Exit 1 while the behaviour is present (more than one execution),
-else 0.
+deleted at the end. Exit 1 while the behaviour is present (more than one execution), 2
+when the scene could not be set (no verdict), else 0.
 """
 
 import os
@@ -91,19 +91,27 @@ def take_over_at_defaults() -> None:
     print("C's fetches never ran maintenance")
 
 
+class SetupFailed(Exception):
+    """The scene could not be set (exit 2: no verdict)."""
+
+
+def a_holds_it() -> bool:
+    return any(rr.scard(k) for k in rr.scan_iter(f"{NS}:__acks__.*.q.DQ"))
+
+
 args = ["--worker", NS, *(["--fast"] if FAST else [])]
 child = subprocess.Popen(
     [sys.executable, __file__, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
 )
-wb, runs = None, []
+wb, runs, setup_failed = None, [], None
 try:
     time.sleep(1.5)  # A boots and polls
     sent = time.time()
     scheduled.send_with_options(args=("job-d",), delay=DELAY_MS)
-    while time.time() - sent < 10 and not any(
-        rr.scard(k) for k in rr.scan_iter(f"{NS}:__acks__.*.q.DQ")
-    ):
+    while time.time() - sent < 600 and not a_holds_it():
         time.sleep(0.05)
+    if not a_holds_it():
+        raise SetupFailed("A did not fetch the delayed message within 600 s")
     os.kill(child.pid, signal.SIGSTOP)
     print("A holds the delayed message in memory; A paused (SIGSTOP)")
     time.sleep(HB / 1000 + 1)
@@ -119,6 +127,8 @@ try:
     time.sleep(1)  # a third run, if any
     runs = [x.decode() for x in rr.lrange(f"{NS}:runs", 0, -1)]
     print(f"executions of the one scheduled message: {runs}")
+except SetupFailed as exc:
+    setup_failed = exc
 finally:
     os.kill(child.pid, signal.SIGCONT)
     child.terminate()
@@ -130,6 +140,9 @@ finally:
         wb.stop(timeout=2000)
     for key in rr.scan_iter(f"{NS}:*"):
         rr.delete(key)
+if setup_failed is not None:
+    print(f"NO VERDICT: {setup_failed}")
+    sys.exit(2)
 if len(runs) > 1:
     print("BEHAVIOUR PRESENT: one scheduled message was executed more than once")
     sys.exit(1)
