@@ -1,7 +1,8 @@
 """The dramatiq adapter adds nothing dramatiq 2.2.1 lacks (``adapters/dramatiq``): one Redis
 client, the one ``RedisBroker(url=...)`` builds, carries every call; an ack or nack that
 meets a connection error is tried again every 5 s until Redis answers, as dramatiq's
-``ConsumerThread.post_process_message`` does, however long that takes.
+``ConsumerThread.post_process_message`` does, however long that takes; the delay-queue
+step's errors go where ``ConsumerThread.run`` sends them.
 
 Needs the Redis at ``RDQ_REDIS_DSN`` (default ``redis://127.0.0.1:6379/0``); every key is
 under the kit's prefix of a namespace of its own (``rdq:{<namespace>``), deleted at the

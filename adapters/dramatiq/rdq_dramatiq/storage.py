@@ -164,7 +164,7 @@ SEEN_MESSAGES = 1_000_000
 HELD_DELIVERIES = 100_000
 #: The connection errors dramatiq's worker waits out: ``BrokerConnectionError``, which
 #: the consumer makes of redis-py's ``ConnectionError`` alone (R L312-313, L321-322). A
-#: ``redis.TimeoutError`` is not one: the worker gives up on it (W L443-449), and so does
+#: ``redis.TimeoutError`` is not one: the worker gives up on it (W L445-452), and so does
 #: the adapter (``BackendUnavailable``, outcome unknown).
 _CONNECTION_ERRORS = (redis.ConnectionError, BrokerConnectionError)
 
