@@ -17,6 +17,7 @@ and probe journals (``probe/``). The DSN appears masked (:func:`rdq_core.masking
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -60,6 +61,21 @@ def _verdict(result: CampaignResult, v: Verdict) -> dict[str, Any]:
         else {**v.upstream.as_json(), "mark": v.upstream.still_present()},
         "message": v.message,
     }
+
+
+def _known_upstream(result: CampaignResult) -> list[dict[str, Any]]:
+    """The system's known-upstream entries, each with what it covered in this campaign."""
+    counts = Counter(id(v.upstream) for v in result.known)
+    return [
+        {
+            **e.as_json(),
+            "rules": list(e.rules),
+            "pattern": e.pattern,
+            "state": "still present" if counts[id(e)] else "not seen",
+            "count": counts[id(e)],
+        }
+        for e in result.known_upstream
+    ]
 
 
 def as_dict(result: CampaignResult) -> dict[str, Any]:
@@ -145,16 +161,7 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
         "uncertainty": {"seconds": result.uncertainty, "why": result.uncertainty_note},
         "counts": result.counts(),
         "verdicts": [_verdict(result, v) for v in result.verdicts],
-        "known_upstream": [
-            {
-                **e.as_json(),
-                "rules": list(e.rules),
-                "pattern": e.pattern,
-                "state": "still present" if e not in result.not_seen() else "not seen",
-                "count": sum(1 for v in result.known if v.upstream is e),
-            }
-            for e in result.known_upstream
-        ],
+        "known_upstream": _known_upstream(result),
         "error": result.error,
         "timings": result.timings,
     }

@@ -53,12 +53,7 @@ from rdq_compliance.known_upstream import KnownUpstream
 from rdq_compliance.rule import Rule
 
 __all__ = [
-    "HANDED_OUT_WHILE_HELD",
-    "LOST",
-    "RAN_AFTER_DONE",
     "RULES",
-    "STUCK",
-    "SUPERSEDED_OUTCOME",
     "Accepted",
     "Drain",
     "Verdict",

@@ -64,16 +64,22 @@ def test_a_usage_error_exits_2_with_one_line(
     assert line.startswith("rdq-chaos: error: ") and message in line
 
 
-def test_a_finding_exits_1_naming_the_job_and_both_workers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _run_no_faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factory: str, out: Path) -> int:
+    """``rdq-chaos deployed run`` of ``tests.deployed.broken_control:<factory>`` on the
+    scenario with no fault, seed 1, its report into ``out``; the exit status."""
     monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
     scenario = tmp_path / "no-faults.toml"
     scenario.write_text(NO_FAULTS)
-    out = tmp_path / "report"
-    system = "tests.deployed.broken_control:reclaim_ignores_lease"
+    system = f"tests.deployed.broken_control:{factory}"
     argv = ["deployed", "run", system, "--scenario", str(scenario), "--seed", "1"]
-    assert main([*argv, "--out", str(out)]) == 1
+    return main([*argv, "--out", str(out)])
+
+
+def test_a_finding_exits_1_naming_the_job_and_both_workers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "report"
+    assert _run_no_faults(tmp_path, monkeypatch, "reclaim_ignores_lease", out) == 1
     printed = capsys.readouterr().out
     assert "[handed-out-while-held]" in printed and "finding(s)" in printed
     data = json.loads((out / "results.json").read_text())
@@ -97,13 +103,8 @@ def test_a_finding_exits_1_naming_the_job_and_both_workers(
 def test_a_finding_known_upstream_is_reported_confirmed_and_exits_0(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", pythonpath(os.environ.get("PYTHONPATH")))
-    scenario = tmp_path / "no-faults.toml"
-    scenario.write_text(NO_FAULTS)
     out = tmp_path / "report"
-    system = "tests.deployed.broken_control:reclaim_ignores_lease_known"
-    argv = ["deployed", "run", system, "--scenario", str(scenario), "--seed", "1"]
-    assert main([*argv, "--out", str(out)]) == 0
+    assert _run_no_faults(tmp_path, monkeypatch, "reclaim_ignores_lease_known", out) == 0
     printed = capsys.readouterr().out
     assert " 0 finding(s), " in printed and "confirmed upstream" in printed
     assert "known upstream, still present: rdq-tests/broken-sqlite#1" in printed
