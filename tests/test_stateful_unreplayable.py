@@ -13,19 +13,25 @@ from rdq_compliance import stateful
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
 from rdq_core.memory import MemoryStore
-from rdq_core.model import NewTask
+from rdq_core.model import NewTask, Status
 from tests.broken.memory import EnqueueResetsExisting
 
 
 class ResetsOnce(EnqueueResetsExisting):
-    """Re-enqueue resets an existing task (bug class ``enqueue-not-idempotent``), the first
-    time in the process only: the program that shows it never shows it again."""
+    """Re-enqueue resets an existing task that has left PENDING (bug class
+    ``enqueue-not-idempotent``: its status changes, so the reset shows), the first time in
+    the process only: the program that shows it never shows it again."""
 
     fired = False
 
     def _enqueue(self, task: NewTask) -> bool:
         row = self._rows.get(task.id)
-        if ResetsOnce.fired or row is None or row.task.queue != task.queue:
+        if (
+            ResetsOnce.fired
+            or row is None
+            or row.task.queue != task.queue
+            or row.task.status is Status.PENDING
+        ):
             return MemoryStore._enqueue(self, task)  # the reference enqueue
         ResetsOnce.fired = True
         return super()._enqueue(task)

@@ -906,7 +906,10 @@ class EnqueueResetsExisting(_Broken):
     Incident: an upsert (``INSERT ... ON CONFLICT (id) DO UPDATE SET status='PENDING',
     payload=EXCLUDED.payload, ...``): a producer retrying its publish reset a task
     that was running (stealing its claim) or had succeeded (running it again).
-    It still answers False ("already there").
+    It still answers False ("already there"). A task still pending keeps its due time
+    (the reset rewrites it only for a task that had left PENDING), so whether a reset
+    shows never depends on how fast the re-enqueue followed the first: a pending task
+    re-enqueued with the same content is left as it was, every time.
     """
 
     def _enqueue(self, task: NewTask) -> bool:
@@ -927,7 +930,11 @@ class EnqueueResetsExisting(_Broken):
                 headers=task.headers,
                 status=Status.PENDING,
                 attempt_count=0,
-                next_attempt_at=now + task.delay,
+                next_attempt_at=(
+                    row.task.next_attempt_at
+                    if row.task.status is Status.PENDING
+                    else now + task.delay
+                ),
                 lease_expires_at=None,
             )
             return False

@@ -285,6 +285,7 @@ def test_a_job_whose_worker_is_killed_mid_job_is_picked_again_after_the_heartbea
     )
     assert first.worker == "w1"
     deployed.start("w2")
+    kill_sent = time.time()
     w1.kill()
     killed_at = time.time()
     assert system.final_states([job])[job].words == "queue: picked"
@@ -302,7 +303,7 @@ def test_a_job_whose_worker_is_killed_mid_job_is_picked_again_after_the_heartbea
     assert picks[1] - picks[0] >= 15.0
     assert runs[1].started > killed_at
 
-    kill = Fault("kill", first.started + 0.1, killed_at, targets=("w1",))
+    kill = Fault("kill", kill_sent, killed_at, targets=("w1",))
     verdicts = judge(
         runs, [kill], [Accepted(job, first.started, None)], system.final_states([job]),
         system.promises, Drain(time.time(), frozenset({"w2"})),
