@@ -1,7 +1,6 @@
-"""The dramatiq adapter (``adapters/dramatiq``), the control among the adapters (its
-acknowledgement is fenced by design), and what the kit found with it.
+"""The dramatiq adapter (``adapters/dramatiq``) and what the kit found with it.
 
-- **The control** (:func:`test_the_whole_kit_fails_only_where_dramatiq_has_a_gap`): the
+- **The whole kit** (:func:`test_the_whole_kit_fails_only_where_dramatiq_has_a_gap`): the
   kit's whole suite (conformance, the stateful machine's ``ci`` profile, the standard
   chaos campaign) on the adapter, in a pytest subprocess, as CI runs it: nothing errors,
   the one failure is the chaos campaign (its violations are gaps and findings, and a
@@ -12,11 +11,13 @@ acknowledgement is fenced by design), and what the kit found with it.
   gives), and the chaos campaign, which ran with its faults injected, broke no rule
   dramatiq's design keeps (``lease-respected``, ``no-loss``, ``storage-clock``,
   ``terminal-final``, ``drain-complete``), broke ``dlq-complete`` only on tasks the
-  adapter's log shows duplicated by finding F2 or F3, and ``one-claim`` only on those or
-  where a holder that had lost its message had its heartbeat taken (a gap).
-- **Each finding** of ``findings/dramatiq/README.md``: the kit fails the adapter under the
-  finding's rule (a chaos campaign through ``run_campaign``, in a subprocess) and the
-  standalone reproducer exits 1 with the behaviour in its output. A finding's campaign
+  adapter's log shows duplicated (F2, the at-least-once gap; F3, upstream
+  Bogdanp/dramatiq#431), and ``one-claim`` only on those or where a holder that had lost
+  its message had its heartbeat taken (a gap).
+- **Each behaviour** of ``findings/dramatiq/README.md`` (F1, our finding; F2, a gap of
+  at-least-once delivery; F3 and F4, confirmed upstream): the kit fails the adapter under
+  its rule (a chaos campaign through ``run_campaign``, in a subprocess) and the
+  standalone reproducer exits 1 with the behaviour in its output. A behaviour's campaign
   and reproducer start together when its test first asks for them (:class:`FindingRuns`).
 
 Needs the Redis at ``RDQ_REDIS_DSN`` (default ``redis://127.0.0.1:6379/0``; the
@@ -445,6 +446,10 @@ REPRODUCERS = {
     "F3": "03-delayed-promotion-duplicates.py",
     "F4": "04-retry-lost-in-outage.py",
 }
+#: The reproducers run at dramatiq's defaults unless told ``--fast`` (a 2 s
+#: heartbeat_timeout, one worker thread; each lists what it shortens): the tests take
+#: the fast runs, about 6-14 s each instead of 65-110 s. F4 has nothing to shorten.
+FAST = {"F1": ["--fast"], "F2": ["--fast"], "F3": ["--fast"], "F4": []}
 
 
 def _with_db(dsn: str, db: int) -> str:
@@ -531,13 +536,10 @@ class FindingRuns:
         self.runs: dict[str, Run] = {}
 
     def _argvs(self, finding: str) -> dict[str, tuple[list[str], Path]]:
-        argvs: dict[str, tuple[list[str], Path]] = {
-            f"repro-{finding}": ([sys.executable, str(FINDINGS / REPRODUCERS[finding])], self.base)
-        }
+        script = [sys.executable, str(FINDINGS / REPRODUCERS[finding]), *FAST[finding]]
+        argvs: dict[str, tuple[list[str], Path]] = {f"repro-{finding}": (script, self.base)}
         if finding == "F1":
-            argvs["repro-F1-control"] = (
-                [sys.executable, str(FINDINGS / REPRODUCERS["F1"]), "--control"], self.base
-            )
+            argvs["repro-F1-control"] = ([*script, "--control"], self.base)
         campaigns = {
             "F2": (SCENARIO_F2, DSN, [",".join(map(str, F2_SEEDS)), "f2-twice"]),
             "F3": (SCENARIO_F3, DSN, [",".join(map(str, F3_SEEDS)), "f3-twice"]),
@@ -628,10 +630,11 @@ def test_f1_a_live_worker_with_full_prefetch_stops_heartbeating(findings_runs):
 
 
 def test_f2_a_stale_failure_schedules_a_retry_after_another_worker_took_over(findings_runs):
-    """F2 (rule dlq-complete): in a campaign whose workers are paused inside failing
-    handlers, a resumed worker's reschedule is refused (its ack) after the Retries
-    middleware already enqueued the retry: the task now has two copies, and the kit finds
-    the DLQ listing it twice, on tasks only F2 touched (not F3)."""
+    """F2 (rule dlq-complete; a gap of dramatiq's at-least-once delivery, see the
+    write-up): in a campaign whose workers are paused inside failing handlers, a resumed
+    worker's reschedule is refused (its ack) after the Retries middleware already enqueued
+    the retry: the task now has two copies, and the kit finds the DLQ listing it twice, on
+    tasks only F2 touched (not F3)."""
     campaign = findings_runs["campaign-F2"].wait(timeout=120.0 * len(F2_SEEDS))
     summary, proof = campaign.proof()
     f2, f3 = set(summary["f2"]), set(summary["f3"])
@@ -666,9 +669,9 @@ def test_f3_a_paused_worker_promotes_delayed_messages_it_no_longer_holds(finding
 
 
 def test_f4_a_retry_that_cannot_be_enqueued_is_acked_away(findings_runs):
-    """F4 (rule no-loss): in a campaign whose server is down for longer than redis-py's
-    retries while handlers fail, tasks whose last report was an accepted reschedule are
-    gone afterwards; dramatiq logged the Retries middleware's failure it swallowed."""
+    """F4 (rule no-loss; confirmed, upstream Bogdanp/dramatiq#545): in a campaign whose
+    server is down while handlers fail, tasks whose last report was an accepted reschedule
+    are gone afterwards; dramatiq logged the Retries middleware's failure it swallowed."""
     campaign = findings_runs["campaign-F4"].wait(timeout=240.0 * len(F4_SEEDS))
     summary, proof = campaign.proof()
     assert summary["counters"].get("server_restarts", 0) >= 1, summary["counters"]
@@ -685,7 +688,7 @@ def test_f4_a_retry_that_cannot_be_enqueued_is_acked_away(findings_runs):
     )
 
 
-# ---- the control: the whole kit -----------------------------------------------------------------
+# ---- the whole kit -----------------------------------------------------------------------------
 
 
 def _entry_key(properties: list[list[str]]) -> str | None:
@@ -786,7 +789,7 @@ def _chaos_problems(report: Path) -> list[str]:
 
 
 def test_the_whole_kit_fails_only_where_dramatiq_has_a_gap(tmp_path):
-    """The control: the whole kit on dramatiq (no ``-m``: conformance, stateful ``ci``, the
+    """The whole kit on dramatiq (no ``-m``: conformance, stateful ``ci``, the
     standard chaos campaign; ``-n 2``) ends with no error and one failure, the chaos
     campaign; every other failure an expected one of the ledger, each failing the way its
     gap says; the chaos campaign ran

@@ -8,7 +8,7 @@ What dramatiq 2.2.1 does on that SIGKILL, as this test holds it:
 - the CLI's parent logs ``Worker with PID <pid> exited unexpectedly (code -9). Shutting
   down...``, SIGTERMs its other worker processes and exits with code 1, ``RET_KILLED``
   (cli.py L674-L708 at v2.2.1; changelog 1.4.0 "Dramatiq now shuts itself down if any of
-  the workers die unexpectedly"; upstream Bogdanp/dramatiq#505): the whole worker is gone;
+  the workers die unexpectedly"; Bogdanp/dramatiq#505, closed): the whole worker is gone;
 - the message stays in the dead process's ack set ("running" in the system's words) until
   the heartbeat of that process's broker is ``heartbeat_timeout`` old; then the other
   worker's dispatch runs maintenance (every dispatch under ``fast``) and requeues it
@@ -277,7 +277,7 @@ def test_a_sigkilled_parent_leaves_its_worker_processes_working(
     server: Server, tmp_path: Path
 ) -> None:
     """The part ``main`` SIGKILLed: the CLI's worker processes are orphaned and go on
-    fetching and running messages (upstream Bogdanp/dramatiq#788)."""
+    fetching and running messages (Bogdanp/dramatiq#788, open)."""
     namespace = server.create_namespace()
     system = DramatiqSystem()
     system.bind(server.dsn, namespace, str(tmp_path), "fast")

@@ -1,2 +1,2 @@
-"""The kit on dramatiq's Redis broker (https://github.com/Bogdanp/dramatiq), the control:
-an adapter whose every write is dramatiq's own (``rdq[dramatiq]`` pins the release)."""
+"""The kit on dramatiq's Redis broker (https://github.com/Bogdanp/dramatiq): an adapter whose
+every write is dramatiq's own (``rdq[dramatiq]`` pins the release)."""

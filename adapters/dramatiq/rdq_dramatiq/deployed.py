@@ -8,8 +8,10 @@ A worker is ``dramatiq rdq_dramatiq.deployed_jobs:setup_broker`` (the app:
 (its own heartbeat and ack sets), two consumer threads and ``--threads`` worker threads.
 When one worker process dies the parent stops the others and exits with code 1
 (changelog 1.4.0: "Dramatiq now shuts itself down if any of the workers die
-unexpectedly"; upstream Bogdanp/dramatiq#505). When the parent is SIGKILLed its worker
-processes run on, orphaned (upstream Bogdanp/dramatiq#788).
+unexpectedly"; Bogdanp/dramatiq#505, "All workers terminate when one worker crashes",
+closed: the maintainer keeps it so). When the parent is SIGKILLed its worker processes
+run on, orphaned (Bogdanp/dramatiq#788, "Child worker processes hang, when main process
+closed abruptly", open).
 
 The campaign lives under the kit namespace's key prefix (``RedisBroker(namespace=...)``,
 advanced, "Multi-tenancy"), and every connection is named ``rdq:<namespace>`` so the

@@ -4,11 +4,13 @@ pinned to the v2.2.1 tag). Plugin-half data: :mod:`rdq_dramatiq.plugin` hands it
 
 Test-id entries where a rule is only partly a gap (the rest of the rule's tests pass);
 rule entries where every test of the rule needs what dramatiq does not have. What breaks
-dramatiq's own promises, or loses or duplicates work, is a finding (``findings/dramatiq``)
-and never an entry here. So the chaos campaign has no entry: it fails on dramatiq, with
-violations that are gaps (its checker reads attempt histories dramatiq does not keep) and
-others that are findings F2, F3 and F4; ``tests/adapters/test_dramatiq.py`` reads every
-one of them and holds each to a gap or a finding.
+dramatiq's own promises, or loses or duplicates work, is a finding or a behaviour already
+reported upstream (``findings/dramatiq``), never an entry here. The chaos campaign has no
+entry: it fails on dramatiq, with violations that are gaps (its checker reads attempt
+histories dramatiq does not keep; F2, a stale worker's retry, is within at-least-once
+delivery) and others that upstream reports track (F3, Bogdanp/dramatiq#431; F4,
+Bogdanp/dramatiq#545); ``tests/adapters/test_dramatiq.py`` reads every one of them and
+holds each to one of those.
 """
 
 from __future__ import annotations

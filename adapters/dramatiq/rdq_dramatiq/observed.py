@@ -14,13 +14,14 @@ id. The reads decide nothing: the script runs whatever they say, and the adapter
 reports what it did. The timestamp the script used (the claim's and the heartbeat's time)
 is known the same way: it is the one put in the arguments.
 
-The MULTI goes over a connection **without redis-py's automatic retry**: a retried
-transaction whose first try took effect would observe its own effect and report an
-applied ack as refused; a lost reply is ``BackendUnavailable`` (outcome unknown), as the
-SPI says. Fetches and heartbeats go through it too, so a lost fetch reply is not
-retried either (a deployed worker's client would retry it up to redis-py's default). The
-broker's own client, used for enqueues, the promotion's enqueue and the Results
-middleware, keeps redis-py's defaults, as a deployed worker's does.
+The MULTI goes over the broker's own client, the one ``RedisBroker(url=...)`` builds
+(``redis.ConnectionPool.from_url``): the adapter configures nothing of it. With redis-py
+8.2.0 that pool's connections carry no automatic retry (``Retry(NoBackoff(), 0)``, the
+``Connection`` default when no retry is given), so a MULTI is sent once and a lost reply
+is the adapter's ``BackendUnavailable`` (outcome unknown), as the SPI says. A redis-py
+that retried a MULTI whose first try took effect would make the read see that try's
+effect, and an applied ack would be reported refused; ``tests/adapters/test_dramatiq.py``
+checks the broker's connections for that.
 """
 
 from __future__ import annotations

@@ -26,6 +26,51 @@ half puts ``--rdq-option dramatiq_*=...`` there, so a worker process spawned fro
                                  default 1000 (one worker thread).
 ===============================  ==========================================================
 
+**Every setting the adapter's deployment changes from dramatiq's defaults**, with the
+docs or code that allow it (``V`` = ``https://github.com/Bogdanp/dramatiq/blob/v2.2.1``):
+
+=============================  =============  ==========  ==================================
+setting                        dramatiq       adapter     where dramatiq documents it
+=============================  =============  ==========  ==================================
+``heartbeat_timeout``          60000 ms       2000 ms     ``RedisBroker`` docstring, "The
+                                                          amount of time (in ms) that has to
+                                                          pass without a heartbeat for a
+                                                          broker process to be considered
+                                                          offline" (V/dramatiq/brokers/
+                                                          redis.py#L79-L81)
+``maintenance_chance``         1000 per       1 000 000   "How many commands out of a
+                               million                    million should trigger queue
+                                                          maintenance" (same, #L76-L77)
+delay-queue prefetch           1000 x         1000        ``dramatiq_delay_queue_prefetch``,
+                               ``worker_                  "1000 times number of worker
+                               threads``                  threads" (V/docs/source/
+                               (8000 at the               reference.rst#L288-L290); the
+                               default 8)                 adapter plays one worker thread
+``max_retries`` (Retries)      20             ``None``    "``None`` means the message
+                                                          should be retried indefinitely"
+                                                          (V/docs/source/guide.rst#L245):
+                                                          rdq's worker decides when to
+                                                          dead-letter
+``store_results`` (Results)    ``False``      ``True``    "Whether or not actor results
+                                                          should be stored.  Defaults to
+                                                          False" (V/dramatiq/results/
+                                                          middleware.py#L59-L61)
+``use_namespace_prefix_keys``  ``False``      ``True``    V/dramatiq/results/backends/
+(Results' ``RedisBackend``)                               redis.py#L33 (keys under the
+                                                          broker's namespace)
+middleware                     AgeLimit,      Retries,    ``Broker(middleware=...)``
+                               TimeLimit,     Results     (V/dramatiq/broker.py#L107-L108):
+                               Shutdown-                  rdq's worker runs the handlers, so
+                               Notifications,             the time limit, shutdown notices,
+                               Callbacks,                 callbacks and pipelines have no
+                               Pipelines,                 actor to act on; AgeLimit has no
+                               Retries                    default ``max_age``
+=============================  =============  ==========  ==================================
+
+Nothing else is set: the Redis client is the one ``RedisBroker(url=...)`` builds (redis-py's
+pool for that URL, its retry policy untouched), ``dead_message_ttl`` is its default (7
+days).
+
 ``rdq_*`` parameters of the ``redis`` backend are dropped, but those that would change
 what the client is (``rdq_cluster=yes``, ``rdq_wait``) are refused: dramatiq's broker
 runs on one server (its script builds key names it does not declare).

@@ -84,12 +84,16 @@ the dead-broker threshold, ``eta``, ``message_timestamp``, the dead-letter score
 ``dramatiq.common.current_millis()`` of the process that calls (common.py L75-77). The
 storage clock the adapter reports is that one: ``current_millis()`` of this process.
 
-**The deployment.** ``RedisBroker(namespace=<the kit's key prefix>, heartbeat_timeout,
-maintenance_chance, middleware=[Retries(max_retries=None), Results(store_results=True)])``:
-Retries without a limit ("``None`` means the message should be retried indefinitely",
-guide "Message Retries": rdq's worker decides when to give up and calls dead_letter), and
-the Results middleware, dramatiq's documented way to learn that a message was processed
-(an ack deletes the message: the stored result is all that shows a success).
+**The deployment.** ``RedisBroker(url=<the server's URL, connections named
+rdq:<namespace>>, namespace=<the kit's key prefix>, heartbeat_timeout, maintenance_chance,
+middleware=[Retries(max_retries=None)])`` plus ``Results(store_results=True)`` over the
+broker's own client: Retries without a limit ("``None`` means the message should be
+retried indefinitely", guide "Message Retries": rdq's worker decides when to give up and
+calls dead_letter), and the Results middleware, dramatiq's documented way to learn that a
+message was processed (an ack deletes the message: the stored result is all that shows a
+success). One Redis client carries every call, the one ``RedisBroker`` built from the URL;
+the adapter sets nothing on it. Each setting changed from dramatiq's defaults is listed
+with its default and docs line in :mod:`rdq_dramatiq.settings`.
 """
 
 from __future__ import annotations
@@ -117,8 +121,6 @@ from dramatiq.middleware import Retries
 from dramatiq.results import ResultFailure, ResultMissing, Results
 from dramatiq.results.backends import RedisBackend as RedisResults
 from dramatiq.worker import POST_PROCESS_MESSAGE_RETRY_DELAY_SECS
-from redis.backoff import NoBackoff
-from redis.retry import Retry as RedisRetry
 
 from rdq_core.errors import BackendUnavailable, NotFound, RdqError, StaleClaim
 from rdq_core.model import (
@@ -140,7 +142,7 @@ from rdq_dramatiq import codec
 from rdq_dramatiq.keys import Keys, broker_namespace
 from rdq_dramatiq.observed import Dispatcher
 from rdq_dramatiq.reads import Reader
-from rdq_dramatiq.settings import Settings, parse_dsn
+from rdq_dramatiq.settings import Settings, parse_dsn, with_params
 
 __all__ = ["DRAMATIQ_VERSION", "DramatiqStorage", "Unsupported"]
 
@@ -160,17 +162,11 @@ RESULTS_NAMESPACE = "dramatiq-results"
 SEEN_MESSAGES = 1_000_000
 #: How many deliveries a storage holds at most (a worker's messages in flight).
 HELD_DELIVERIES = 100_000
-#: How long an ack or nack is retried on connection errors before the call gives up with
-#: ``BackendUnavailable`` (dramatiq's worker retries until Redis answers, every 5 s; the
-#: kit must never hang on a server that is gone for good).
-POST_PROCESS_PATIENCE_S = 60.0
 #: The connection errors dramatiq's worker waits out: ``BrokerConnectionError``, which
 #: the consumer makes of redis-py's ``ConnectionError`` alone (R L312-313, L321-322). A
-#: ``redis.TimeoutError`` is not one: the worker gives up on it (W L443-449), and so does
+#: ``redis.TimeoutError`` is not one: the worker gives up on it (W L445-452), and so does
 #: the adapter (``BackendUnavailable``, outcome unknown).
 _CONNECTION_ERRORS = (redis.ConnectionError, BrokerConnectionError)
-#: What leaves a promotion's outcome unknown: the above, or a reply that never came.
-_LOST_REPLIES = (*_CONNECTION_ERRORS, redis.TimeoutError)
 
 _T = TypeVar("_T")
 
@@ -210,35 +206,32 @@ class DramatiqStorage(Storage):
         self.namespace = namespace
         self.settings: Settings = parse_dsn(dsn)
         s = self.settings
-        name = f"rdq:{namespace}"  # the redis backend cuts a namespace's connections by name
-        # The broker's client: redis-py's defaults, as RedisBroker(url=...) builds it.
-        self._client = redis.Redis.from_url(s.url, client_name=name)
-        # The observed MULTIs' client: no automatic retry (see rdq_dramatiq.observed).
-        self._observer = redis.Redis.from_url(
-            s.url, client_name=name, retry=RedisRetry(NoBackoff(), 0)
-        )
         prefix = broker_namespace(namespace)
+        # dramatiq's RedisBroker builds its one client from the URL (redis-py's
+        # ConnectionPool.from_url, whatever retry policy that gives); the connections are
+        # named rdq:<namespace> (a URL parameter redis-py reads) so that the redis
+        # backend's connection cut finds them.
+        self.broker = RedisBroker(
+            url=with_params(s.url, {"client_name": f"rdq:{namespace}"}),
+            namespace=prefix,
+            middleware=[Retries(max_retries=None)],
+            heartbeat_timeout=s.heartbeat_timeout_ms,
+            maintenance_chance=s.maintenance_chance,
+        )
+        self._client: redis.Redis = self.broker.client
         # Results keys <namespace>:<queue>:<actor>:<message_id> (use_namespace_prefix_keys),
-        # under the broker's prefix, so the kit's namespace drop removes them too.
+        # under the broker's prefix, so the kit's namespace drop removes them too; stored
+        # over the broker's own client.
         self.results = RedisResults(
             client=self._client,
             namespace=f"{prefix}:{RESULTS_NAMESPACE}",
             use_namespace_prefix_keys=True,
         )
-        self.broker = RedisBroker(
-            client=self._client,
-            namespace=prefix,
-            middleware=[
-                Retries(max_retries=None),
-                Results(backend=self.results, store_results=True),
-            ],
-            heartbeat_timeout=s.heartbeat_timeout_ms,
-            maintenance_chance=s.maintenance_chance,
-        )
+        self.broker.add_middleware(Results(backend=self.results, store_results=True))
         self.keys = Keys(self.broker.namespace)
-        self._dispatch = Dispatcher(self.broker, self._observer)
+        self._dispatch = Dispatcher(self.broker, self._client)
         self._reader = Reader(
-            self._observer, self.keys, s.heartbeat_timeout_ms, self.results.namespace
+            self._client, self.keys, s.heartbeat_timeout_ms, self.results.namespace
         )
         # The last copy of each message this process sent or fetched: what a dramatiq
         # caller keeps to ask message.get_result() later (queue, actor, id), and what get()
@@ -328,21 +321,20 @@ class DramatiqStorage(Storage):
         return held
 
     def _until_redis_answers(self, what: str, call: Callable[[], _T]) -> tuple[_T, bool]:
-        """``call()`` retried every 5 s on connection errors, as
-        ``ConsumerThread.post_process_message`` does (W L429-440), for at most
-        :data:`POST_PROCESS_PATIENCE_S`; ``(result, whether a try was lost)``."""
+        """``call()`` retried every 5 s on connection errors until Redis answers, as
+        ``ConsumerThread.post_process_message`` does (W L407-440); ``(result, whether a
+        try was lost)``. Only closing the storage ends the wait (``BackendUnavailable``),
+        as only the end of its process ends a dramatiq worker thread's."""
         lost = False
-        deadline = time.monotonic() + POST_PROCESS_PATIENCE_S
         while True:
             try:
                 return call(), lost
             except _CONNECTION_ERRORS as exc:
                 lost = True
-                late = time.monotonic() + POST_PROCESS_MESSAGE_RETRY_DELAY_SECS > deadline
-                if self._closed or late:
+                if self._closed:
                     raise BackendUnavailable(
-                        f"dramatiq adapter, {what}: Redis did not answer for "
-                        f"{POST_PROCESS_PATIENCE_S:.0f} s ({type(exc).__name__}: {exc})"
+                        f"dramatiq adapter, {what}: the storage was closed while Redis did "
+                        f"not answer ({type(exc).__name__}: {exc})"
                     ) from None
                 log.warning(
                     "rdq-dramatiq: %s failed (%s); retried in %s s, as dramatiq's worker does",
@@ -407,58 +399,90 @@ class DramatiqStorage(Storage):
         """The delay-queue consumer thread of ``queue``: fetch delayed messages into this
         worker's memory up to the prefetch, then ``handle_delayed_messages`` (W L346-362):
         each message whose eta passed is enqueued again without its eta, then its
-        delayed original is acked (two separate calls, as in dramatiq). A connection error
-        drops the delayed messages held in memory, as ``ConsumerThread.run`` does
-        (W L325-327; they stay in this worker's ack set of the delay queue)."""
+        delayed original is acked (two separate calls, as in dramatiq).
+
+        Errors go where ``ConsumerThread.run`` sends them (W L325-340): a connection error
+        of the fetch is the consumer's ``ConnectionClosed`` and drops the delayed messages
+        held in memory (W L325-327; they stay in this worker's ack set of the delay
+        queue); any other error (a timeout, or a connection error of the copy's
+        ``enqueue``, which dramatiq does not wrap) closes the consumer, whose ``close``
+        gives the messages still held back to the delay queue with ``requeue``
+        (W L329-333, L482-489). An ack that times out is logged and the promotion goes
+        on, as ``post_process_message`` does (W L445-452)."""
         dq = dq_name(queue)
         held = self._delayed.setdefault(queue, [])
         try:
             room = self.settings.delay_prefetch - len(held)
             if room > 0:
-                _, proxies = self._fetch(dq, room)
+                try:
+                    _, proxies = self._fetch(dq, room)
+                except redis.ConnectionError:
+                    held.clear()
+                    raise
                 for proxy in proxies:
                     eta = proxy.options.get("eta")
                     if not isinstance(eta, (int, float)):
                         eta = current_millis()
                     heapq.heappush(held, _Delayed(int(eta), next(self._seq), proxy))
             while held and held[0].eta <= current_millis():
-                item = heapq.heappop(held)
-                message = item.proxy
-                fresh = message.copy(queue_name=queue)
-                del fresh.options["eta"]
-                # Logged before the two calls and after them: a worker killed between the
-                # enqueue and the ack leaves the first line without the second (the
-                # original is then requeued by maintenance and promoted again: dramatiq's
-                # at-least-once crash window, which the control's test tells apart).
-                promotions.info(
-                    "rdq-dramatiq: promoting delayed message %s (message_id %r)",
-                    message.options.get("redis_message_id"),
-                    message.message_id,
-                )
-                self.broker.enqueue(fresh)
-                self.broker.emit_before("ack", message)
-                took = self._observed_ack(dq, message, "ack", strict=False)
-                self.broker.emit_after("ack", message)
-                promotions.info(
-                    "rdq-dramatiq: promoted delayed message %s (message_id %r), ack %s",
-                    message.options.get("redis_message_id"),
-                    message.message_id,
-                    "taken" if took else "refused",
-                )
-                if not took:
-                    # Finding F3 (dramatiq #431): the copy is enqueued although this worker
-                    # no longer held the delayed message (another worker's maintenance gave
-                    # it to a worker that promotes it too).
-                    log.warning(
-                        "rdq-dramatiq: F3: promoted delayed message %s (message_id %r) "
-                        "that this worker no longer held: its ack on %r was refused",
-                        message.options.get("redis_message_id"),
-                        message.message_id,
-                        dq,
-                    )
-        except _LOST_REPLIES:
-            held.clear()
+                self._promote(queue, dq, heapq.heappop(held).proxy)
+        except (redis.RedisError, OSError):
+            self._give_back(dq, held)
             raise
+
+    def _promote(self, queue: str, dq: str, message: MessageProxy) -> None:
+        """One message of ``handle_delayed_messages`` (W L356-361)."""
+        fresh = message.copy(queue_name=queue)
+        del fresh.options["eta"]
+        rid = message.options.get("redis_message_id")
+        # Logged before the two calls and after them: a worker killed between the enqueue
+        # and the ack leaves the first line without the second (the original is then
+        # requeued by maintenance and promoted again: dramatiq's at-least-once crash
+        # window, which the whole-kit test tells apart).
+        promotions.info(
+            "rdq-dramatiq: promoting delayed message %s (message_id %r)", rid, message.message_id
+        )
+        self.broker.enqueue(fresh)
+        self.broker.emit_before("ack", message)
+        try:
+            took: bool | None = self._observed_ack(dq, message, "ack", strict=False)
+        except redis.TimeoutError:
+            took = None
+            log.exception(
+                "rdq-dramatiq: unhandled error during post_process_message(%s), as "
+                "dramatiq's worker logs it; the promotion goes on",
+                message,
+            )
+        else:
+            self.broker.emit_after("ack", message)
+        words = {True: "taken", False: "refused", None: "unknown (timed out)"}
+        promotions.info(
+            "rdq-dramatiq: promoted delayed message %s (message_id %r), ack %s",
+            rid,
+            message.message_id,
+            words[took],
+        )
+        if took is False:
+            # F3 (upstream Bogdanp/dramatiq#431): the copy is enqueued although this worker
+            # no longer held the delayed message (another worker's maintenance gave it to
+            # a worker that promotes it too).
+            log.warning(
+                "rdq-dramatiq: F3: promoted delayed message %s (message_id %r) "
+                "that this worker no longer held: its ack on %r was refused",
+                rid,
+                message.message_id,
+                dq,
+            )
+
+    def _give_back(self, dq: str, held: list[_Delayed]) -> None:
+        """``ConsumerThread.close`` after an unexpected error: ``requeue`` of the delayed
+        messages the consumer still holds (W L482-489). A Redis error of that requeue
+        escapes (dramatiq's ``close`` catches only ``BrokerConnectionError``, which the
+        broker never raises here); the messages are dropped from memory either way."""
+        proxies = [item.proxy for item in held]
+        held.clear()
+        if proxies:
+            self.broker.consume(dq).requeue(proxies)
 
     def _lease_end(self, timestamp_ms: int) -> datetime:
         return codec.utc_ms(timestamp_ms + self.settings.heartbeat_timeout_ms)
@@ -670,8 +694,8 @@ class DramatiqStorage(Storage):
         """dramatiq configures nothing on the server: durable iff Redis itself is set to
         AOF with ``appendfsync always`` (read with ``CONFIG GET``)."""
         try:
-            aof = self._observer.config_get("appendonly").get("appendonly")
-            fsync = self._observer.config_get("appendfsync").get("appendfsync")
+            aof = self._client.config_get("appendonly").get("appendonly")
+            fsync = self._client.config_get("appendfsync").get("appendfsync")
         except redis.RedisError as exc:
             return False, f"the server's persistence could not be read ({type(exc).__name__})"
         durable = aof == "yes" and fsync == "always"
@@ -695,6 +719,8 @@ class DramatiqStorage(Storage):
         except (redis.RedisError, BrokerConnectionError, OSError):
             pass  # as ConsumerThread.close: the delayed messages wait for maintenance
         finally:
-            for client in (self._client, self._observer):
-                with contextlib.suppress(Exception):
-                    client.close()
+            self.broker.close()
+            # RedisBroker.close does nothing (a worker process ends instead): the kit opens
+            # many storages in one process, so the pool's sockets are closed here.
+            with contextlib.suppress(Exception):
+                self._client.connection_pool.disconnect()
