@@ -1,21 +1,37 @@
-"""rq 3.0.0: a stalled worker's late *failure* re-enqueues a job that another worker is
-already running, and a third worker starts it too: two live executions of one job.
+"""rq 3.0.0: a worker frozen past its heartbeat reports its job's *failure* after rq has
+collected the job as abandoned and re-enqueued it; rq's retry re-enqueues the job another
+worker is running, and a third worker starts it too: two live executions of one job.
 
-Real rq workers (``rq.Worker.work()``, forking a horse per job), real time, nothing faked.
-The job is enqueued with ``Retry(max=2)``. Worker A takes it; A's main process stops
-sending heartbeats (SIGSTOP of A's main process: to Redis the same as a partition of A's
-host that heals before the job ends) while A's horse goes on. After the heartbeat TTL
-(61 s: ``job_monitoring_interval=1``) another worker's maintenance (``clean_registries``
--> ``StartedJobRegistry.cleanup``) re-enqueues the job and that worker (B) starts it.
-Then A's horse fails: ``handle_job_failure`` sees retries left on A's copy of the job and
-calls ``job.retry()``, which re-enqueues the job B is running; the third worker (C) takes
-it. The StartedJobRegistry then holds two live executions of the job, B's and C's.
+Real `rq worker` processes (rq's CLI, rq's defaults: no option but `--name` and `--path`),
+real forks, real time, nothing faked. The trigger is a whole-worker freeze -- every process
+of the worker, its main process and its work horse, stopped with SIGSTOP and later
+continued, which is what a paused container or VM, or a host stalled by its hypervisor,
+does to it.
+
+The job is enqueued with `Retry(max=2)`. Worker A takes it and is frozen. Its execution's
+heartbeat lapses in the StartedJobRegistry (`job_monitoring_interval` + 60 = 90 s at rq's
+default 30). Workers B and C are started then: the first maintenance pass
+(`clean_registries` -> `StartedJobRegistry.cleanup`) re-enqueues the abandoned job and one
+of them (B below) starts it. A is continued and its horse's job raises:
+`handle_job_failure` sees retries left on A's copy of the job and calls `job.retry()`,
+which sets the status `queued` over the running execution's `started` and pushes the id
+again; an idle worker -- C, or A itself, back in its loop -- takes it. The
+StartedJobRegistry then holds two live executions of the job, and the job's
+`retries_left` reads 1 although rq has re-enqueued it twice (A's copy counted down from
+its own 2).
+
+Every rq setting is at its default (job timeout 180 s, `job_monitoring_interval` 30 s,
+`maintenance_interval` 600 s, `worker_ttl` 420 s). What the reproducer arranges is when B
+and C start: right after A's heartbeat lapsed, so that a first maintenance pass -- a worker
+runs one when it starts -- is the one that collects the job (with workers already running,
+the next pass comes within `maintenance_interval`); A is frozen for about 95 s, so that its
+job still ends within its 180 s timeout.
 
 Needs rq==3.0.0 and a Redis server: ``RQ_REPRO_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/12``). Uses names tagged with a random run id and deletes its keys
-at the end (no FLUSHDB). Linux (reads /proc to stop and kill the workers' processes).
-Takes about 65 s. Exit 1 when two executions of the job are live at once, 0 otherwise, 2
-if the sequence did not happen (inconclusive).
+at the end (no FLUSHDB). Linux (reads /proc to stop, continue and kill the workers'
+processes). Takes about 100 s. Exit 1 when two executions of the job are live at once, 0
+otherwise, 2 if the sequence did not happen (inconclusive).
 """
 
 import os
@@ -24,15 +40,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import redis
 from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
+from rq.utils import current_timestamp
 
 URL = os.environ.get("RQ_REPRO_REDIS_URL", "redis://127.0.0.1:6379/12")
 TAG = f"f2{secrets.token_hex(4)}"
@@ -49,21 +66,18 @@ def wait_then_fail(url):
         pass
     raise RuntimeError(f"failure on {me}")
 '''
-WORKER = textwrap.dedent(
-    """
-    import sys, redis
-    from rq import Worker
-    name, url, *queues = sys.argv[1:]
-    Worker(queues, name=name, connection=redis.Redis.from_url(url), job_monitoring_interval=1,
-           maintenance_interval=1, worker_ttl=16).work(logging_level="WARNING")
-    """
-)
 
 
-def start_worker(name: str, queues: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def rq_cli() -> list[str]:
+    """rq's own CLI: the ``rq`` script beside this interpreter, else ``python -m rq.cli``."""
+    script = Path(sys.executable).with_name("rq")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rq.cli"]
+
+
+def start_worker(name: str, queue: str, path: str) -> subprocess.Popen[bytes]:
+    """``rq worker --name NAME --path PATH --url URL QUEUE``, in a session of its own."""
     return subprocess.Popen(
-        [sys.executable, "-c", WORKER, name, URL, *queues],
-        env=env,
+        [*rq_cli(), "worker", "--name", name, "--path", path, "--url", URL, queue],
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -71,6 +85,7 @@ def start_worker(name: str, queues: list[str], env: dict[str, str]) -> subproces
 
 
 def session_pids(sid: int) -> list[int]:
+    """Every process of session ``sid``: an rq worker's main process and its horse."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -84,6 +99,14 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
+def signal_worker(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    for pid in session_pids(proc.pid):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -95,14 +118,16 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
     return None
 
 
-def live_executions(r: redis.Redis, queue: str, job_id: str) -> list[tuple[str, str]]:
-    """(worker name, execution id) of every execution of the job in the StartedJobRegistry."""
+def live_executions(r: redis.Redis, queue: str, job_id: str) -> list[tuple[str, str, float]]:
+    """(worker name, execution id, score) of each execution of the job in the
+    StartedJobRegistry."""
     out = []
-    for member in r.zrange(StartedJobRegistry(queue, connection=r).key, 0, -1):
+    key = StartedJobRegistry(queue, connection=r).key
+    for member, score in r.zrange(key, 0, -1, withscores=True):
         jid, _, eid = member.decode().partition(":")
         if jid == job_id:
             name = r.hget(f"rq:execution:{jid}:{eid}", "worker_name")
-            out.append(((name or b"?").decode(), eid))
+            out.append(((name or b"?").decode(), eid, score))
     return out
 
 
@@ -111,7 +136,6 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="rq-repro-")
     with open(os.path.join(workdir, f"{JOBS_MODULE}.py"), "w") as f:
         f.write(JOBS)
-    env = dict(os.environ, PYTHONPATH=workdir + os.pathsep + os.environ.get("PYTHONPATH", ""))
     queue, job_id = f"{TAG}-q", f"{TAG}-job"
     a, b, c = f"{TAG}-A", f"{TAG}-B", f"{TAG}-C"
     procs = []
@@ -119,24 +143,33 @@ def main() -> int:
         Queue(queue, connection=r).enqueue(
             f"{JOBS_MODULE}.wait_then_fail", URL, job_id=job_id, retry=Retry(max=2)
         )
-        stalled = start_worker(a, [queue], env)
-        procs.append(stalled)
+        frozen = start_worker(a, queue, workdir)
+        procs.append(frozen)
         if not wait_for(
             "A taking the job",
             lambda: Job.fetch(job_id, connection=r).get_status() == JobStatus.STARTED,
-            30,
+            60,
         ):
             return 2
-        mine = {e for _, e in live_executions(r, queue, job_id)}  # A's execution
-        os.kill(stalled.pid, signal.SIGSTOP)  # A's main process: no more heartbeats
+        mine = {e for _, e, _ in live_executions(r, queue, job_id)}  # A's execution
+        signal_worker(frozen, signal.SIGSTOP)  # the whole worker: main process and horse
         t0 = time.monotonic()
-        print(f"worker A took {job_id}; A's main process stopped (its horse keeps running)")
-        procs += [start_worker(b, [queue], env), start_worker(c, [queue], env)]
+        print(f"worker A took {job_id} and is frozen whole (main process and horse)")
+
+        lapsed = wait_for(
+            "A's heartbeat lapsing in the StartedJobRegistry",
+            lambda: all(s < current_timestamp() for _, _, s in live_executions(r, queue, job_id)),
+            150,
+        )
+        if not lapsed:
+            return 2
+        print(f"after {time.monotonic() - t0:.0f} s A's heartbeat has lapsed; B and C start")
+        procs += [start_worker(b, queue, workdir), start_worker(c, queue, workdir)]
 
         def others() -> list[tuple[str, str]]:
-            return [e for e in live_executions(r, queue, job_id) if e[1] not in mine]
+            return [(w, e) for w, e, _ in live_executions(r, queue, job_id) if e not in mine]
 
-        second = wait_for(f"another worker running {job_id}", others, 120)
+        second = wait_for(f"another worker running {job_id}", others, 90)
         if not second:
             return 2
         print(
@@ -144,13 +177,15 @@ def main() -> int:
             f"(execution {second[0][1][:8]})"
         )
 
+        signal_worker(frozen, signal.SIGCONT)  # the freeze ends
         r.lpush(f"{a}:release", 1)  # A's horse fails now
-        two = wait_for("a second live execution", lambda: len(others()) >= 2, 15)
+        two = wait_for("a second live execution", lambda: len(others()) >= 2, 30)
         live = others()
         job = Job.fetch(job_id, connection=r)
         print(
             f"A reported its failure late: status {job.get_status().value}; live executions in "
-            f"the StartedJobRegistry: {[(w, e[:8]) for w, e in live]}"
+            f"the StartedJobRegistry: {[(w, e[:8]) for w, e in live]}; retries_left "
+            f"{job.retries_left} of Retry(max=2) after two re-enqueues"
         )
         if two and len(live) >= 2:
             print("BUG PRESENT: one job is running on two workers at once")
@@ -159,11 +194,7 @@ def main() -> int:
         return 0
     finally:
         for p in procs:
-            for pid in session_pids(p.pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            signal_worker(p, signal.SIGKILL)
             p.wait()
         for key in r.scan_iter(match=f"*{TAG}*", count=1000):
             r.delete(key)

@@ -51,6 +51,12 @@ INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install faketime libfaketime)
 #: The environment variable that points the search at a given library instead.
 LIBRARY_ENV = "RDQ_LIBFAKETIME"
 
+#: The kit's ``sitecustomize`` folder (``faketime_site/sitecustomize.py``): first on a
+#: Python process's ``PYTHONPATH`` with :data:`PATCH_SLEEP_ENV` set, it applies
+#: :func:`patch_sleep` before the process's own code runs (a queue library's worker).
+SITE = Path(__file__).with_name("faketime_site")
+PATCH_SLEEP_ENV = "RDQ_PATCH_SLEEP"
+
 
 def find_libfaketime() -> Path | None:
     """The libfaketime preload library of this machine (``$RDQ_LIBFAKETIME`` if set),
@@ -105,6 +111,31 @@ def skew_env(skew: Skew, library: Path) -> dict[str, str]:
         "LD_PRELOAD": os.fspath(library),
         "FAKETIME": skew.faketime,
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+
+
+def offset_spec(offset: float) -> str:
+    """libfaketime's spec of a clock ``offset`` seconds off true time, at the true rate
+    (a clock file's text, :func:`follow_env`)."""
+    return f"{offset:+.3f}\n"
+
+
+def follow_env(
+    clock_file: str, library: str, site: str, pythonpath: str | None = None
+) -> dict[str, str]:
+    """The variables that run a process under the spec in ``clock_file`` (an
+    :func:`offset_spec`), read again at every clock call (``FAKETIME_NO_CACHE``): writing
+    the file moves the process's time of day at once, without restarting it. Its monotonic
+    clock stays true; a Python process gets the kit's ``sitecustomize`` from ``site``
+    (:data:`SITE` on its host) first on its path (then ``pythonpath``), which keeps its
+    ``time.sleep`` working (:func:`patch_sleep`)."""
+    return {
+        "LD_PRELOAD": library,
+        "FAKETIME_TIMESTAMP_FILE": clock_file,
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        PATCH_SLEEP_ENV: "1",
+        "PYTHONPATH": site + (os.pathsep + pythonpath if pythonpath else ""),
     }
 
 

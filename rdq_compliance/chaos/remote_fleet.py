@@ -27,10 +27,18 @@ class RemoteLauncher(SshLauncher):
     """The SSH launcher of one campaign writing to ``outdir``, connected to ``fleet``'s
     hosts (see the module's docstring); a :class:`~rdq_compliance.chaos.ssh_launcher.FleetError`
     if ``server`` (of ``backend``) is not reached over one TCP address. ``server_port`` is
-    the server's port, which a cut matches."""
+    the server's port, which a cut matches. The journals are mirrored into ``outdir``'s
+    folder ``history``, the logs fetched into its ``logs``."""
 
     def __init__(
-        self, fleet: FleetHosts, server: Server, backend: str, outdir: Path, slots: int
+        self,
+        fleet: FleetHosts,
+        server: Server,
+        backend: str,
+        outdir: Path,
+        slots: int,
+        *,
+        history: str = "history",
     ) -> None:
         try:
             address = server.network_address()
@@ -47,7 +55,7 @@ class RemoteLauncher(SshLauncher):
 
         super().__init__(
             fleet,
-            history_dir=Path(outdir) / "history",
+            history_dir=Path(outdir) / history,
             log_dir=Path(outdir) / "logs",
             dsn_for=dsn_for,
             slots=slots,

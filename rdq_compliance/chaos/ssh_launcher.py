@@ -93,6 +93,8 @@ for package in (rdq_compliance, rdq_core):
                 digest.update(fh.read())
 print(json.dumps({"version": m.version("rdq"), "digest": digest.hexdigest()[:16],
                   "watchdog": os.path.join(os.path.dirname(p.__file__), "_watchdog.py"),
+                  "site": os.path.join(os.path.dirname(rdq_compliance.__file__), "chaos",
+                                       "faketime_site"),
                   "python": sys.executable}))
 """
 _CLOCK = (
@@ -147,6 +149,9 @@ class HostLink:
     sftp: asyncssh.SFTPClient
     workdir: str
     watchdog: str
+    #: The host's folder of the kit's ``sitecustomize`` for processes under libfaketime
+    #: (:data:`~rdq_compliance.chaos.libfaketime.SITE`).
+    site: str = ""
     lost: bool = False
     reported: bool = False
     collected: bool = False  # connected to again after a loss, to fetch the journals
@@ -155,9 +160,36 @@ class HostLink:
     workers: list[SshWorker] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RemoteProcess:
+    """One process to start on a host under the kit's watchdog.
+
+    ``argv`` is in the host's paths; ``env`` is added to the SSH session's environment by
+    the watchdog (sent on its stdin, never on a command line); ``cwd`` is made if missing
+    (``None``: the session's folder). ``files`` are written into the host's campaign
+    folder first (name -> text). The process's journal is ``<name>.jsonl`` there (created
+    empty, mirrored to the launcher's ``history_dir``), its log ``<log or name>.log``
+    (fetched to its ``log_dir``); ``grace`` is what its watchdog gives it after the stop
+    signal when the runner is gone."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    log: str | None = None
+    files: tuple[tuple[str, str], ...] = ()
+    grace: float = ORPHAN_GRACE
+
+
+#: The reply a closed channel gives to a command still waiting.
+_CLOSED = {"done": "closed"}
+
+
 @dataclass(eq=False)
 class SshWorker:
-    """A worker on a remote host (a :class:`~rdq_compliance.chaos.launcher.WorkerHandle`)."""
+    """A process on a remote host, behind the kit's watchdog there (a
+    :class:`~rdq_compliance.chaos.launcher.WorkerHandle`); :meth:`command` asks its
+    watchdog and waits for the answer."""
 
     name: str
     link: HostLink
@@ -167,6 +199,7 @@ class SshWorker:
     local_journal: Path
     local_log: Path
     offset: float
+    log_name: str = ""
     _returncode: int | None = None
     _ended: threading.Event = field(default_factory=threading.Event)
     _mirrored: int = 0
@@ -179,6 +212,10 @@ class SshWorker:
     _remote_sftp: asyncssh.SFTPClient | None = None
     #: One mirroring at a time (the mirror's loop and the final collect both mirror).
     _mirroring: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The watchdog's answers to commands (``{"done": ...}``), one command at a time.
+    _replies: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    _commanding: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _channel_closed: bool = False
     released: bool = False
 
     @property
@@ -211,8 +248,33 @@ class SshWorker:
         self.process.stdin.write(text)
         await self.process.stdin.drain()
 
-    def wait(self, timeout: float) -> int | None:
-        self._ended.wait(max(0.0, timeout))
+    def command(self, command: str, timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Any]:
+        """Send ``command`` (``_watchdog.py``'s protocol) and return the watchdog's answer
+        (its ``done`` is the command's first word); :class:`EOFError` if the channel
+        closed first, :class:`TimeoutError` after ``timeout`` seconds."""
+        return self.loop.call(self._request(command, timeout), timeout + 5.0)
+
+    async def _request(self, command: str, timeout: float) -> dict[str, Any]:
+        word = command.split(" ", 1)[0]
+        async with self._commanding:
+            while not self._replies.empty():  # answers nobody waited for (a signal's)
+                self._replies.get_nowait()
+            if self._channel_closed:
+                raise EOFError(f"{self.name}: its watchdog's channel is closed")
+            await self._write(command + "\n")
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{self.name}: no answer to {command!r} in {timeout:g} s")
+                reply = await asyncio.wait_for(self._replies.get(), left)
+                if reply is _CLOSED:
+                    raise EOFError(f"{self.name}: its watchdog's channel closed")
+                if reply.get("done") == word:
+                    return reply
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._ended.wait(None if timeout is None else max(0.0, timeout))
         return self._returncode
 
     def release(self) -> None:
@@ -238,9 +300,9 @@ class SshWorker:
         return []
 
     def log_tail(self, lines: int = 30) -> str:
-        if not self.local_log.exists():
+        if not self.local_log.exists() or not self.link.lost:
             with contextlib.suppress(Exception):
-                self.loop.call(_fetch(self.link, f"{self.name}.log", self.local_log), timeout=10.0)
+                self.loop.call(_fetch(self.link, f"{self.log_name}.log", self.local_log), 10.0)
         try:
             text = self.local_log.read_text(errors="replace")
         except OSError:
@@ -375,7 +437,7 @@ class SshLauncher:
         except BaseException:
             conn.close()
             raise
-        return HostLink(host, conn, sftp, workdir, facts["watchdog"])
+        return HostLink(host, conn, sftp, workdir, facts["watchdog"], facts.get("site", ""))
 
     async def _measure(self, link: HostLink) -> ClockOffset:
         proc = await link.conn.create_process(
@@ -427,27 +489,33 @@ class SshLauncher:
     def start(self, start: WorkerStart) -> SshWorker:
         """Start ``start`` on its slot's host, or on another one if that host is lost,
         even while the worker is being started there (a lost host is no crash)."""
+        return self.spawn(start.slot, lambda link: self._worker_process(link, start))
+
+    def spawn(self, slot: int, make: Callable[[HostLink], RemoteProcess]) -> SshWorker:
+        """Start the process ``make(link)`` gives for the host of slot ``slot`` (slot *i*
+        on host *i* mod the hosts), or on another host if that one is lost, even while
+        the process is being started there (a lost host is no crash)."""
         while True:
-            link = self._link_for(start.slot)  # FleetError once every host is lost
+            link = self._link_for(slot)  # FleetError once every host is lost
+            process = make(link)
             try:
-                return self._loop.call(self._start(link, start), CONNECT_TIMEOUT_S * 2)
+                return self._loop.call(self._spawn(link, process), CONNECT_TIMEOUT_S * 2)
             except FleetError:
                 raise
             except (asyncssh.Error, OSError, TimeoutError, EOFError) as exc:
                 if not link.conn.is_closed():
                     raise FleetError(
-                        f"host {link.host.name}: starting {start.name} failed: "
+                        f"host {link.host.name}: starting {process.name} failed: "
                         f"{type(exc).__name__}: {exc}"
                     ) from None
                 self._lose(link)  # journalled through lost_hosts(); the next host is tried
 
-    async def _start(self, link: HostLink, start: WorkerStart) -> SshWorker:
+    def _worker_process(self, link: HostLink, start: WorkerStart) -> RemoteProcess:
+        """The chaos worker of ``start`` as a process on ``link``'s host: its journal and
+        control point in the host's campaign folder, the DSN the host reaches the server
+        with, under the host's libfaketime if its slot is skewed."""
         host = link.host
         remote = f"{link.workdir}/{start.name}"
-        async with link.sftp.open(f"{remote}.point", "w") as fh:
-            await fh.write("none\n")
-        async with link.sftp.open(f"{remote}.jsonl", "w"):
-            pass
         config = replace(
             start.config,
             journal=f"{remote}.jsonl",
@@ -463,14 +531,29 @@ class SshLauncher:
                 )
             env.update(skew_env(start.skew, Path(host.faketime)))
             config = replace(config, time_base=link.base)
-        argv = [host.python, "-m", "rdq_compliance.chaos.worker_main", config.to_json()]
-        if env:  # env(1) execs: the pid stays the worker's
-            argv = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+        argv = (host.python, "-m", "rdq_compliance.chaos.worker_main", config.to_json())
+        return RemoteProcess(
+            start.name, argv, tuple(sorted(env.items())), files=((f"{start.name}.point", "none\n"),)
+        )
+
+    async def _spawn(self, link: HostLink, spec: RemoteProcess) -> SshWorker:
+        host = link.host
+        remote = f"{link.workdir}/{spec.name}"
+        for name, text in spec.files:
+            async with link.sftp.open(f"{link.workdir}/{name}", "w") as fh:
+                await fh.write(text)
+        async with link.sftp.open(f"{remote}.jsonl", "w"):
+            pass
+        if spec.cwd is not None:
+            await link.conn.run(f"mkdir -p {shlex.quote(spec.cwd)}", check=True, timeout=30)
+        log = spec.log or spec.name
         request = {
-            "argv": argv,
-            "log": f"{remote}.log",
+            "argv": list(spec.argv),
+            "env_add": dict(spec.env),
+            "cwd": spec.cwd,
+            "log": f"{link.workdir}/{log}.log",
             "stop_signal": int(signals.SIGTERM),
-            "grace": ORPHAN_GRACE,
+            "grace": spec.grace,
             "cleanup": [],
         }
         process = await link.conn.create_process(
@@ -481,25 +564,26 @@ class SshLauncher:
         if "started" not in first:
             process.close()
             raise FleetError(
-                f"host {host.name}: the watchdog did not start {start.name}: "
+                f"host {host.name}: the watchdog did not start {spec.name}: "
                 f"{first.get('error', 'no answer')}"
             )
         assert link.clock is not None
         worker = SshWorker(
-            start.name,
+            spec.name,
             link,
             int(first["started"]),
             process,
             self._loop,
-            self.history_dir / f"{start.name}.jsonl",
-            self.log_dir / f"{start.name}.log",
+            self.history_dir / f"{spec.name}.jsonl",
+            self.log_dir / f"{log}.log",
             link.clock.offset,
+            log_name=log,
         )
         worker.local_journal.touch()
         worker._watcher = asyncio.ensure_future(self._watch(worker))
         with self._lock:
             link.workers.append(worker)
-            self._by_name[start.name] = worker
+            self._by_name[spec.name] = worker
         return worker
 
     async def _watch(self, worker: SshWorker) -> None:
@@ -513,11 +597,15 @@ class SshLauncher:
                     message = json.loads(line)
                     if "exited" in message:
                         worker._ended_with(message["exited"])
+                    elif "done" in message:
+                        worker._replies.put_nowait(message)
         except Exception:
             pass
         if worker.link.conn.is_closed():
             self._lose(worker.link)
         worker._ended_with(worker._returncode)
+        worker._channel_closed = True
+        worker._replies.put_nowait(_CLOSED)
 
     def _lose(self, link: HostLink) -> None:
         link.lost = True
@@ -532,9 +620,18 @@ class SshLauncher:
             self._loop.call(self._arm(worker.link, name, point), 10.0)
 
     async def _arm(self, link: HostLink, name: str, point: str) -> None:
-        path = f"{link.workdir}/{name}.point"
+        await self._put(link, f"{name}.point", point + "\n")
+
+    def put_text(self, link: HostLink, name: str, text: str) -> None:
+        """Replace file ``name`` of ``link``'s campaign folder with ``text`` at once (a
+        write, then an atomic rename over SFTP): a reader sees the old text or the new."""
+        self._loop.call(self._put(link, name, text), 10.0)
+
+    @staticmethod
+    async def _put(link: HostLink, name: str, text: str) -> None:
+        path = f"{link.workdir}/{name}"
         async with link.sftp.open(path + ".tmp", "w") as fh:
-            await fh.write(point + "\n")
+            await fh.write(text)
         await link.sftp.posix_rename(path + ".tmp", path)
 
     def _worker(self, name: str) -> SshWorker | None:
@@ -642,7 +739,7 @@ class SshLauncher:
                     out.write(w._partial)
                 w._partial = b""
             with contextlib.suppress(Exception):
-                await _fetch(link, f"{w.name}.log", w.local_log)
+                await _fetch(link, f"{w.log_name}.log", w.local_log)
         again = await self._measure(link)
         first = self.first_clocks.get(link.host.name, again)
         drift = abs(again.offset - first.offset)

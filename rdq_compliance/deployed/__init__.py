@@ -9,6 +9,9 @@ settings, under the kit's nemesis, judged from what the kit's probe handler jour
 - :mod:`.scenario` and :mod:`.plan`: what a campaign runs, and the plan a seed draws from
   it for one system and server;
 - :mod:`.fleet`: the system's workers as supervised process trees;
+- :mod:`.places`, :mod:`.local_places`, :mod:`.remote_places`: where they run (this
+  machine, or the hosts of an SSH fleet) and what needs more than a signal there (a
+  partition, a clock skew);
 - :mod:`.nemesis`: the plan's faults done, as spans;
 - :mod:`.campaign`, :mod:`.result`, :mod:`.report`: one campaign, what it recorded, its
   report folder; :mod:`.cli`: ``rdq-chaos deployed``;

@@ -3,7 +3,12 @@
 1. The system's server is provisioned through the kit's ladder
    (``registry.load_backend(system.server).provision(...)``: the DSN given, else local
    binaries, else a container), and a namespace is made on it.
-2. The plan is drawn (:func:`~rdq_compliance.deployed.scenario.make_plan`) and printed.
+2. The places the workers run in are readied: this machine
+   (:class:`~rdq_compliance.deployed.local_places.LocalPlaces`, with network namespaces
+   when the scenario partitions and libfaketime when it skews clocks), or the hosts of an
+   SSH fleet (``fleet``, :class:`~rdq_compliance.deployed.remote_places.RemotePlaces`).
+   The plan is drawn (:func:`~rdq_compliance.deployed.plan.make_plan`, with what those
+   places can do) and printed.
 3. ``system.bind(dsn, namespace, workdir, profile)``; the workers are started
    (:class:`~rdq_compliance.deployed.fleet.Fleet`); every job is enqueued with
    ``system.enqueue``, one call per job: those the client acknowledged are
@@ -13,12 +18,14 @@
    failed for good or held, or until the drain bound (``recovery_after`` + the longest
    job + the scenario's margin); the result says which ended it. The workers alive then
    are the drain's :class:`~rdq_compliance.deployed.verdicts.Drain`.
-6. The workers are stopped (SIGTERM, SIGKILL after a grace), every probe journal is read
-   (torn lines reported), and the checker judges
-   (:func:`~rdq_compliance.deployed.verdicts.judge`, with the profile's
-   ``execution_limit`` and the clock uncertainty, :data:`LOCAL_UNCERTAINTY`).
-7. The namespace is dropped, the client closed, the server released; the report folder
-   is written (:mod:`rdq_compliance.deployed.report`).
+6. The workers are stopped (SIGTERM, SIGKILL after a grace), skewed clocks are set right,
+   the journals and logs brought here, every probe journal is read (torn lines
+   reported), and the checker judges (:func:`~rdq_compliance.deployed.verdicts.judge`,
+   with the profile's ``execution_limit`` and the places' clock uncertainty:
+   :data:`~rdq_compliance.deployed.places.LOCAL_UNCERTAINTY` on one machine, from the
+   measured host clocks on a fleet).
+7. The places are closed, the namespace dropped, the client closed, the server released;
+   the report folder is written (:mod:`rdq_compliance.deployed.report`).
 
 Bad input (an unknown system or profile, a declaration with problems, a scenario that
 cannot be planned) is :class:`CampaignError` before anything starts; a campaign that
@@ -37,10 +44,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rdq_compliance import registry
+from rdq_compliance.chaos.fleet_hosts import FleetHosts
 from rdq_compliance.deployed import report, upstream, verdicts
+from rdq_compliance.deployed.faults import Fault
 from rdq_compliance.deployed.fleet import Fleet, WorkerFailed
+from rdq_compliance.deployed.local_places import LocalPlaces
 from rdq_compliance.deployed.nemesis import Nemesis
-from rdq_compliance.deployed.plan import make_plan
+from rdq_compliance.deployed.places import LOCAL_UNCERTAINTY, Places
+from rdq_compliance.deployed.plan import Plan, make_plan, worker_names
 from rdq_compliance.deployed.probe import ProbeFormatError, read_probe
 from rdq_compliance.deployed.result import CampaignResult
 from rdq_compliance.deployed.scenario import Scenario, ScenarioError
@@ -52,6 +63,7 @@ from rdq_compliance.deployed.system import (
     UnknownSystem,
     declaration_problems,
     load_system,
+    takes_dsn,
 )
 from rdq_compliance.provision.backend import (
     FAULTS,
@@ -69,10 +81,6 @@ __all__ = [
     "run_campaign",
 ]
 
-#: The clock uncertainty of a campaign on one host (seconds): the harness and every worker
-#: read the same kernel clock, so two times are ordered but for the harness's own lag
-#: between reading the clock and a signal taking effect, bounded here.
-LOCAL_UNCERTAINTY = 0.05
 #: The deployed checker's rule ids.
 _RULE_IDS = tuple(r.id for r in verdicts.RULES)
 #: The states a job ends in.
@@ -168,16 +176,11 @@ def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
     result.executions = log.executions()
     result.error = _never_started(result, fleet)
     assert result.drain is not None
-    result.uncertainty = LOCAL_UNCERTAINTY
-    result.uncertainty_note = (
-        f"{LOCAL_UNCERTAINTY:g} s: one host, one clock (the harness and every worker read the "
-        "same kernel clock); the bound covers the harness's lag between reading it and a "
-        "signal taking effect"
-    )
+    result.uncertainty, result.uncertainty_note = fleet.places.uncertainty()
     result.known_upstream = upstream.known_upstream_of(system, _RULE_IDS)
     judged = verdicts.judge(
         result.executions,
-        result.nemesis.faults,
+        result.faults,
         result.accepted,
         result.final,
         system.promises,
@@ -188,19 +191,26 @@ def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
     result.verdicts = verdicts.mark_known(judged, result.known_upstream)
 
 
+def _skewed(plan: Plan) -> list[str]:
+    return [f.worker for f in plan.faults if f.kind == "clock-skew" and f.worker is not None]
+
+
 def _run(
     system: DeployedSystem,
     server: Server,
+    places: Places,
     result: CampaignResult,
     say: Callable[[str], None],
     stop: threading.Event,
 ) -> None:
     fleet = Fleet(
         system, result.profile.name, result.plan.workers, result.outdir,
-        restart_after=result.plan.scenario.restart_after,
+        restart_after=result.plan.scenario.restart_after, places=places,
     )  # fmt: skip
+    nemesis: Nemesis | None = None
     try:
         say(f"starting {len(result.plan.workers)} workers")
+        places.prepare_skews(_skewed(result.plan))
         fleet.start()
         fleet.check_started(SETTLE)
         say(f"enqueueing {len(result.plan.jobs)} jobs")
@@ -224,8 +234,20 @@ def _run(
         result.timings["drain"] = round(result.drain.ended - healed, 3)
     finally:
         fleet.stop()
+        stopped = time.time()
+        places.unskew()
+        if nemesis is not None:
+            nemesis.settle_skews(stopped)
+        places.collect()
         result.exits = list(fleet.exits)
+        result.host_losses = [
+            Fault("kill", e.at, e.restarted, targets=(e.worker,))
+            for e in result.exits
+            if e.cause.startswith("its host ")
+        ]
         result.launches = fleet.launches
+        result.hosts = places.hosts()
+        result.notes = places.notes()
     try:
         _judge(system, result, fleet)
     except ProbeFormatError as exc:
@@ -247,6 +269,36 @@ def _harness_log(path: Path) -> Iterator[None]:
         handler.close()
 
 
+def _places(
+    system: DeployedSystem,
+    server: Server,
+    scenario: Scenario,
+    out: Path,
+    fleet: FleetHosts | None,
+) -> Places:
+    """Where the workers run: the hosts of ``fleet``, else this machine, readied for the
+    partitions and clock skews ``scenario`` asks for (or saying why they cannot run)."""
+    workers = worker_names(scenario)
+    if fleet is None:
+        local = LocalPlaces(out, workers, takes_dsn=takes_dsn(system))
+        if scenario.partition:
+            local.open_partitions(server, system.server)
+        if scenario.clock_skew:
+            local.open_skews()
+        return local
+    try:
+        from rdq_compliance.chaos.ssh_launcher import FleetError
+        from rdq_compliance.deployed.remote_places import RemotePlaces
+    except ImportError as exc:
+        raise CampaignError(
+            f"a fleet needs the ssh extra ({exc}): pip install 'rdq[ssh]'"
+        ) from None
+    try:
+        return RemotePlaces(fleet, server, system.server, out, workers, takes_dsn=takes_dsn(system))
+    except FleetError as exc:
+        raise CampaignError(f"the fleet {fleet.source}: {exc}") from None
+
+
 def run_campaign(
     system: DeployedSystem,
     profile: Profile,
@@ -257,10 +309,12 @@ def run_campaign(
     dsn: str | None = None,
     say: Callable[[str], None] = lambda line: None,
     stop: threading.Event | None = None,
+    fleet: FleetHosts | None = None,
 ) -> CampaignResult:
     """Run one campaign of ``scenario`` with ``seed`` on ``system`` under ``profile``,
     write its report folder ``out`` and return what it found. ``say`` is told each
-    phase and the plan's lines."""
+    phase and the plan's lines. With ``fleet`` the workers run on its hosts over SSH
+    (``docs/fleet.md``); the server stays where the kit provisions it."""
     problems = declaration_problems(system, _RULE_IDS) + upstream.problems(system, _RULE_IDS)
     if problems:
         raise CampaignError(f"{system.name} declares itself incompletely: " + "; ".join(problems))
@@ -282,29 +336,35 @@ def run_campaign(
         except (RdqError, OSError) as exc:
             raise CampaignError(f"no {system.server} server for {system.name}: {exc}") from None
         try:
+            places = _places(system, server, scenario, out, fleet)
             try:
                 plan = make_plan(
-                    scenario, seed, system=system, profile=profile, server_faults=server.faults
-                )
+                    scenario, seed, system=system, profile=profile,
+                    server_faults=server.faults, reach=places.reach(),
+                )  # fmt: skip
             except ScenarioError as exc:
+                places.close()
                 raise CampaignError(str(exc)) from None
             for line in plan.lines():
                 say(line)
-            namespace = server.create_namespace()
-            result = CampaignResult(
-                system.name, system.server, server.origin, server.version,
-                mask_dsn(server.dsn), namespace, profile, plan, out,
-            )  # fmt: skip
             try:
-                workdir = Path(tmp) / "system"
-                workdir.mkdir()
-                system.bind(server.dsn, namespace, str(workdir), profile.name)
-                _run(system, server, result, say, stop)
-            except WorkerFailed as exc:
-                raise CampaignError(str(exc)) from None
+                namespace = server.create_namespace()
+                result = CampaignResult(
+                    system.name, system.server, server.origin, server.version,
+                    mask_dsn(server.dsn), namespace, profile, plan, out,
+                )  # fmt: skip
+                try:
+                    workdir = Path(tmp) / "system"
+                    workdir.mkdir()
+                    system.bind(server.dsn, namespace, str(workdir), profile.name)
+                    _run(system, server, places, result, say, stop)
+                except WorkerFailed as exc:
+                    raise CampaignError(str(exc)) from None
+                finally:
+                    system.close()
+                    server.drop_namespace(namespace)
             finally:
-                system.close()
-                server.drop_namespace(namespace)
+                places.close()
         except ProvisionUnavailable as exc:
             raise CampaignError(str(exc)) from None
         finally:

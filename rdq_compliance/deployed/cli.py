@@ -5,14 +5,17 @@
     rdq-chaos deployed list
     rdq-chaos deployed run SYSTEM [--profile fast|defaults] [--scenario standard|smoke|PATH]
                               [--seed N] [--dsn DSN] [--out DIR] [--campaigns N]
+                              [--fleet HOSTS.toml]
 
 ``list`` names the installed systems (``rdq.systems`` entry points), each with its
 declaration's problems. ``run`` runs ``--campaigns`` campaigns (seeds ``N`` to
 ``N + campaigns - 1``; without ``--seed`` a fresh one, printed) and prints a line per
-campaign and a total. Exit status: **0** no finding, **1** a finding in some campaign,
-**2** bad usage, a setup error, or a campaign that could not judge the library (a worker
-that never started, a probe journal that breaks the format; the campaigns stop there)
--- with a one-line reason, never a stack trace. A fault the nemesis could not do
+campaign and a total. With ``--fleet`` the workers run on the hosts of that hosts file
+over SSH (``docs/fleet.md``; a bad file is a usage error). Exit status: **0** no
+finding, **1** a finding in some campaign, **2** bad usage, a setup error, or a campaign
+that could not judge the library (a worker that never started, a probe journal that
+breaks the format; the campaigns stop there) -- with a one-line reason, never a stack
+trace. A fault the nemesis could not do
 (nothing to act on) is printed and in the report, beside the verdicts. A password in a
 DSN is never printed.
 
@@ -31,6 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from rdq_compliance.chaos.fleet_hosts import FleetConfigError, load_fleet
 from rdq_compliance.deployed import upstream, verdicts
 from rdq_compliance.deployed.campaign import CampaignError, load, run_campaign
 from rdq_compliance.deployed.result import CampaignResult
@@ -74,6 +78,14 @@ def add_commands(sub: argparse._SubParsersAction, parser_class: type) -> None:  
     run.add_argument("--out", type=Path, help="report folder (default: deployed-reports/...)")
     run.add_argument(
         "--campaigns", type=int, default=1, help="how many campaigns (seeds seed..seed+N-1)"
+    )
+    run.add_argument(
+        "--fleet",
+        type=Path,
+        metavar="HOSTS",
+        help="a hosts file ([fleet] hosts = ...): run the workers on those hosts over SSH, "
+        "round-robin, each under the kit's watchdog there; a partition cuts a whole host "
+        "from the server and a clock skew is a whole host's (docs/fleet.md)",
     )
 
 
@@ -160,6 +172,12 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         scenario = load_scenario(args.scenario)
     except (CampaignError, ScenarioError) as exc:
         return _error(err, str(exc), args.dsn)
+    fleet = None
+    if args.fleet is not None:
+        try:
+            fleet = load_fleet(args.fleet)
+        except FleetConfigError as exc:
+            return _error(err, str(exc), args.dsn)
     base = args.seed if args.seed is not None else secrets.randbelow(2**31)
     if args.seed is None:
         console.print(f"rdq-chaos: seed {base} (replay with --seed {base})", highlight=False)
@@ -181,7 +199,9 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
             )
 
         try:
-            result = run_campaign(system, profile, scenario, seed, out=out, dsn=args.dsn, say=say)
+            result = run_campaign(
+                system, profile, scenario, seed, out=out, dsn=args.dsn, say=say, fleet=fleet
+            )
         except KeyboardInterrupt:
             err.print("rdq-chaos: interrupted; the workers and the server were stopped")
             return 130

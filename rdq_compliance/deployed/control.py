@@ -203,7 +203,9 @@ class CoreSystem:
             raise RuntimeError("CoreSystem.bind() was not called")
         return self._storage
 
-    def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
         options = _OPTIONS[profile]
         argv = [
             sys.executable, "-m", "rdq_compliance.deployed.core_worker",
@@ -212,7 +214,7 @@ class CoreSystem:
         ]  # fmt: skip
         for key, value in options.items():
             argv += [f"--{key.replace('_', '-')}", str(value)]
-        env = {"RDQ_PROBE_PATH": probe_path, "RDQ_PROBE_WORKER": name, DSN_ENV: self._dsn}
+        env = {"RDQ_PROBE_PATH": probe_path, "RDQ_PROBE_WORKER": name, DSN_ENV: dsn or self._dsn}
         return WorkerLaunch(tuple(argv), env)
 
     def enqueue(self, jobs: Sequence[JobSpec]) -> Mapping[str, str]:

@@ -1,10 +1,12 @@
 """A deployed campaign's workers: each one a real process tree, supervised.
 
-Each worker is started from ``system.worker(name, profile, probe_path)`` as a
-:class:`~rdq_compliance.provision.process.ManagedProcess` (its own session, behind the
-kit's watchdog: it dies with the harness), its stdout and stderr appended to
-``logs/<name>.log``. Its probe journals to ``probe/<name>.<n>.jsonl``, one file per
-incarnation ``n`` (a line torn by a kill never runs into the next incarnation's first).
+Each worker is started from ``system.worker(name, profile, probe_path, dsn)`` by the
+campaign's :class:`~rdq_compliance.deployed.places.Places`: on this machine
+(:class:`~rdq_compliance.deployed.local_places.LocalPlaces`, the default) or on a host of
+an SSH fleet (:class:`~rdq_compliance.deployed.remote_places.RemotePlaces`), each behind
+the kit's watchdog (it dies with the harness), its output in ``logs/<name>.log``. Its
+probe journals to ``probe/<name>.<n>.jsonl``, one file per incarnation ``n`` (a line torn
+by a kill never runs into the next incarnation's first).
 
 The fleet supervises them as systemd's ``Restart=always`` does: a worker whose leader
 exits, on its own or killed, is started again ``restart_after`` seconds later under the
@@ -14,23 +16,23 @@ again).
 
 The nemesis acts through :meth:`Fleet.kill` and :meth:`Fleet.pause` (every process of the
 tree), :meth:`Fleet.part_pids` (the processes of one part, by role: ``leader`` is the pid
-started, ``descendants`` every process under it) and :meth:`Fleet.kill_pid`.
+started, ``descendants`` every process under it) and :meth:`Fleet.kill_pid`, and through
+the places for what needs more than a signal (:attr:`Fleet.places`: a partition, a clock
+skew).
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import psutil
-
-from rdq_compliance.deployed.system import DeployedSystem, Part
-from rdq_compliance.provision.process import ManagedProcess, ProcessFailed, descendants
+from rdq_compliance.deployed.local_places import LocalPlaces
+from rdq_compliance.deployed.places import Places, WorkerTree
+from rdq_compliance.deployed.system import DeployedSystem, Part, WorkerLaunch, takes_dsn
+from rdq_compliance.provision.process import ProcessFailed
 
 __all__ = ["Exit", "Fleet", "WorkerFailed"]
 
@@ -42,8 +44,9 @@ class WorkerFailed(ProcessFailed):
 @dataclass(frozen=True)
 class Exit:
     """A worker's leader exited: ``code`` (negative: the signal), ``at`` (harness clock),
-    ``cause`` (``killed by the nemesis``, ``on its own``, ``stopped by the harness``), the
-    pids of its tree stopped after it, and when it was started again (``None``: never)."""
+    ``cause`` (``killed by the nemesis``, ``on its own``, ``stopped by the harness``, on a
+    fleet ``its host <name> was lost``), the pids of its tree stopped after it, and when
+    it was started again (``None``: never)."""
 
     worker: str
     incarnation: int
@@ -58,7 +61,7 @@ class Exit:
 class _Slot:
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
-    process: ManagedProcess | None = None
+    process: WorkerTree | None = None
     incarnation: int = 0
     starts: list[float] = field(default_factory=list)
     cause: str | None = None  # why the next exit happens, when the harness causes it
@@ -79,10 +82,15 @@ class Fleet:
         restart_after: float = 1.0,
         grace: float = 5.0,
         clock: Callable[[], float] = time.time,
+        places: Places | None = None,
     ) -> None:
         self.system = system
         self.profile = profile
         self.folder = Path(folder)
+        self.places: Places = places or LocalPlaces(
+            self.folder, names, takes_dsn=takes_dsn(system), grace=grace
+        )
+        self._takes_dsn = takes_dsn(system)
         self.restart_after = restart_after
         self.grace = grace
         self.clock = clock
@@ -96,7 +104,7 @@ class Fleet:
     # ---- files ---------------------------------------------------------------------
 
     def log_path(self, name: str) -> Path:
-        return self.folder / "logs" / f"{name}.log"
+        return self.places.log_path(name)
 
     def probe_paths(self) -> list[Path]:
         """Every probe journal the workers' incarnations were given (those that exist)."""
@@ -116,22 +124,23 @@ class Fleet:
             )
             slot.thread.start()
 
+    def _launch_for(self, name: str) -> Callable[[str, str | None], WorkerLaunch]:
+        def launch(probe_path: str, dsn: str | None) -> WorkerLaunch:
+            if dsn is not None and self._takes_dsn:
+                made = self.system.worker(name, self.profile, probe_path, dsn=dsn)
+            else:
+                made = self.system.worker(name, self.profile, probe_path)
+            self.launches.setdefault(name, list(made.argv))
+            return made
+
+        return launch
+
     def _launch(self, slot: _Slot) -> None:
         """Start the next incarnation of ``slot`` (its lock held)."""
         slot.incarnation += 1
-        probe = self.folder / "probe" / f"{slot.name}.{slot.incarnation}.jsonl"
-        launch = self.system.worker(slot.name, self.profile, str(probe))
-        self.launches.setdefault(slot.name, list(launch.argv))
-        process = ManagedProcess(
-            launch.argv,
-            log_path=self.log_path(slot.name),
-            cwd=Path(launch.cwd) if launch.cwd else None,
-            env={**os.environ, **launch.env},
-            grace=self.grace,
-        )
         try:
-            process.start()
-        except ProcessFailed as exc:
+            process = self.places.start(slot.name, slot.incarnation, self._launch_for(slot.name))
+        except (ProcessFailed, OSError, RuntimeError) as exc:
             raise WorkerFailed(f"worker {slot.name} could not be started: {exc}") from None
         slot.process = process
         slot.paused = False
@@ -151,7 +160,10 @@ class Fleet:
                 remnants = tuple(process.pids())
                 process.stop(grace=0.0)  # what is left of the tree; releases the watchdog
                 stopping = self._stopping.is_set()
-                cause = slot.cause or ("stopped by the harness" if stopping else "on its own")
+                lost = getattr(process, "lost", None)  # a fleet's host that dropped
+                cause = (
+                    slot.cause or lost or ("stopped by the harness" if stopping else "on its own")
+                )
                 exit_ = Exit(slot.name, slot.incarnation, code, at, cause, remnants)
                 slot.process = None
             with self._changed:
@@ -182,7 +194,7 @@ class Fleet:
             raise WorkerFailed(
                 f"worker {e.worker} exited with status {e.code} within {settle:g} s of its "
                 f"start (its log: {self.log_path(e.worker)})",
-                _tail(self.log_path(e.worker)),
+                self.places.log_tail(e.worker),
             )
 
     # ---- what the nemesis does -----------------------------------------------------
@@ -203,9 +215,8 @@ class Fleet:
             process = slot.process
             if process is None or not process.running:
                 return None
-            pids = process.pids()
             slot.cause = "killed by the nemesis"
-            process.kill()
+            pids = process.kill()
             return self.clock(), pids
 
     def pause(self, name: str) -> list[int]:
@@ -240,25 +251,38 @@ class Fleet:
             return []
         if part.role == "leader":
             return [process.pid]
-        return descendants(process.pid)
+        return process.under()
 
-    def kill_pid(self, name: str, pid: int, *, timeout: float = 10.0) -> float | None:
+    def kill_pid(self, name: str, pid: int) -> float | None:
         """SIGKILL process ``pid`` of worker ``name``; when it was gone (``None``: it was
         gone already). Killing the leader ends the worker (the supervisor restarts it)."""
         slot = self.slots[name]
         with slot.lock:
             process = slot.process
-            if process is not None and process.running and pid == process.pid:
-                slot.cause = "killed by the nemesis (its leader part)"
-            try:
-                proc = psutil.Process(pid)
-                proc.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
+            if process is None:
                 return None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(proc):
-            time.sleep(0.005)
+            leader = process.running and pid == process.pid
+            if leader:
+                slot.cause = "killed by the nemesis (its leader part)"
+        if not process.kill_one(pid):
+            if leader:
+                slot.cause = None
+            return None
         return self.clock()
+
+    # ---- what needs more than a signal (the places) --------------------------------
+
+    def partition(self, name: str) -> tuple[str, ...]:
+        """Cut worker ``name`` (on a fleet, its host) off the server; the workers cut."""
+        return self.places.partition(name)
+
+    def heal_partition(self, name: str) -> None:
+        self.places.heal(name)
+
+    def skew(self, name: str, offset: float) -> tuple[str, ...]:
+        """Move worker ``name``'s clock (on a fleet, its host's) ``offset`` s ahead; the
+        workers skewed."""
+        return self.places.skew(name, offset)
 
     def started_after(self, name: str, t: float, timeout: float) -> float | None:
         """When worker ``name`` was next started after ``t`` (waits up to ``timeout``
@@ -302,19 +326,3 @@ class Fleet:
     def incarnations(self) -> dict[str, list[float]]:
         """Each worker's start times."""
         return {s.name: list(s.starts) for s in self.slots.values()}
-
-
-def _alive(proc: psutil.Process) -> bool:
-    """Whether ``proc`` still runs (a zombie, dead but not reaped by its parent, does not)."""
-    try:
-        return proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])

@@ -13,6 +13,11 @@ planned         what is done                             the span
 ``server-kill`` ``Server.kill``, then ``Server.restart`` from the kill to the restart
 ``server-freeze`` ``Server.pause``, then ``Server.resume`` from the pause to the resume
 ``cut``         ``Server.cut_connections(namespace)``    an instant
+``partition``   the worker (on a fleet: its host) cut    from before the cut to after the
+                off the server (:meth:`Fleet.partition`) heal; ``targets``: every worker cut
+``clock-skew``  the worker's clock (on a fleet: its      from before the jump, never undone
+                host's) jumps ``offset`` s ahead         in the window: :meth:`settle_skews`
+                (:meth:`Fleet.skew`)                     ends it once the workers stopped
 =============== ======================================== ===================================
 
 A kill's span starts when the processes are gone, so every probe line the killed
@@ -23,7 +28,9 @@ SIGCONT, so it covers all the time the worker was stopped.
 A fault that finds nothing to act on (no live worker, no process of the part, a cut that
 closed no connection) or whose action fails is an error of the campaign
 (:class:`FaultError`), never a silent no-op. At the end of the window everything is
-healed: what is still paused or frozen is continued, a server still down is restarted.
+healed: what is still paused, frozen or cut off is continued or healed, a server still
+down is restarted. A clock skew stays: its workers' clocks are set right only once they
+are stopped, after the drain (a clock set back would read some moments twice).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rdq_compliance.deployed.faults import Fault
@@ -93,6 +100,8 @@ class _Open:
     detail: str = ""
     undo: Callable[[], Any] | None = None
     ends_at_restart: bool = False
+    lasting: bool = False  # a clock skew: no end until settle_skews()
+    offset: float = 0.0
 
 
 class Nemesis:
@@ -169,6 +178,13 @@ class Nemesis:
         for name in self.fleet.heal():
             self.result.healed.append(f"worker {name} continued")
 
+    def settle_skews(self, end: float) -> None:
+        """End every clock skew's span at ``end`` (when its workers' clocks were set
+        right, once they were stopped)."""
+        for d in self.result.done:
+            if d.fault.kind == "clock-skew" and d.fault.end is None:
+                d.fault = replace(d.fault, end=max(end, d.fault.start))
+
     def _close_kills(self) -> None:
         """A kill ends when its worker was started again (the supervisor's restart)."""
         for f in self._restarts:
@@ -192,6 +208,7 @@ class Nemesis:
             targets=f.targets,
             part=f.part,
             pids=f.pids,
+            offset=f.offset,
         )
         self.result.done.append(Done(f.planned, fault, f.late, f.took, f.detail))
 
@@ -215,6 +232,8 @@ class Nemesis:
             self._open.append((opened.start + planned.lasts, opened))
         elif opened.ends_at_restart:
             self._restarts.append(opened)
+        elif opened.lasting:
+            self._record(opened, None)
         else:
             self._record(opened, opened.start)
 
@@ -285,4 +304,24 @@ class Nemesis:
         return _Open(
             planned, before, late, self.clock() - before, live,
             detail=f"{closed} connection(s) closed",
+        )  # fmt: skip
+
+    def _partition(self, planned: PlannedFault, before: float, late: float) -> _Open:
+        worker = planned.worker
+        assert worker is not None
+        cut = self.fleet.partition(worker)
+        return _Open(
+            planned, before, late, self.clock() - before, cut,
+            detail=f"{', '.join(cut)} cut off the server",
+            undo=lambda: self.fleet.heal_partition(worker),
+        )  # fmt: skip
+
+    def _clock_skew(self, planned: PlannedFault, before: float, late: float) -> _Open:
+        worker = planned.worker
+        assert worker is not None
+        skewed = self.fleet.skew(worker, planned.offset)
+        return _Open(
+            planned, before, late, self.clock() - before, skewed,
+            detail=f"the clock of {', '.join(skewed)} {planned.offset:g} s ahead",
+            lasting=True, offset=planned.offset,
         )  # fmt: skip

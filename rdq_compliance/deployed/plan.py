@@ -11,10 +11,13 @@ dropped in silence:
 - ``sleep`` jobs sleep 1.5 x the profile's ``recovery_after`` (past the library's stall
   threshold, while its worker heartbeats), when that is set and fits under 0.8 x its
   ``execution_limit``; else they become ``succeed`` and the reason is given;
-- a fault the system or the server cannot take is listed as not run, with the reason
-  (:class:`NotRun`): a part kill needs a part of role ``descendants``, a pause needs a
-  ``recovery_after`` to size it, each server fault needs the server's support
-  (:attr:`rdq_compliance.provision.backend.Server.faults`).
+- a fault the system, the server or the places the workers run in cannot take is listed
+  as not run, with the reason (:class:`NotRun`): a part kill needs a part of role
+  ``descendants``, a pause, a partition and a clock skew need a ``recovery_after`` to
+  size them, each server fault needs the server's support
+  (:attr:`rdq_compliance.provision.backend.Server.faults`), a partition or a clock skew
+  the places' (:class:`~rdq_compliance.deployed.places.Reach`: network namespaces or
+  libfaketime here, nftables or libfaketime on a fleet's host).
 
 A system whose library takes no retry count per job declares ``retries_per_job = False``
 (read with ``getattr``, default ``True``); its jobs then ask for none (``retries``
@@ -22,8 +25,11 @@ A system whose library takes no retry count per job declares ``retries_per_job =
 connections do not carry the kit's namespace declares ``connections_in_namespace =
 False``; its connection cut is then listed as not run (the server's cut would find none).
 
-No two faults act on one worker, or on the server, at once; the window is stretched to
-fit the longest fault.
+No two faults act on one worker, or on the server, at once (a partition of a fleet's host
+acts on every worker of the host); the window is stretched to fit the longest fault. A
+clock skew is no span of the window: its worker's clock jumps ahead at a time drawn in
+the window's first quarter and stays ahead until the workers stop, whatever else befalls
+the worker meanwhile; each skew is on another worker (on a fleet: another host).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from rdq_compliance.deployed.places import Reach
 from rdq_compliance.deployed.scenario import Scenario, ScenarioError
 from rdq_compliance.deployed.system import DeployedSystem, JobSpec, Profile
 from rdq_compliance.provision.backend import (
@@ -42,10 +49,20 @@ from rdq_compliance.provision.backend import (
     RESTART_SERVER,
 )
 
-__all__ = ["NotRun", "Plan", "PlanKind", "PlannedFault", "Substitution", "make_plan"]
+__all__ = [
+    "NotRun",
+    "Plan",
+    "PlanKind",
+    "PlannedFault",
+    "Substitution",
+    "make_plan",
+    "worker_names",
+]
 
 #: What the nemesis does (``part-kill``: SIGKILL of one process of one part of a worker).
-PlanKind = Literal["kill", "pause", "part-kill", "server-kill", "server-freeze", "cut"]
+PlanKind = Literal[
+    "kill", "pause", "part-kill", "server-kill", "server-freeze", "cut", "partition", "clock-skew"
+]  # fmt: skip
 #: The kinds that act on the server, in the order they are planned.
 _SERVER_NEEDS: Mapping[str, tuple[str, ...]] = {
     "server-kill": (KILL_SERVER, RESTART_SERVER),
@@ -62,9 +79,11 @@ _SETTLE = 2.0
 class PlannedFault:
     """One fault: ``at`` seconds after the window opens, lasting ``lasts`` seconds (a
     kill: the supervisor's restart delay; a pause or a freeze: until SIGCONT; a server
-    kill: until the restart; a cut: 0), on ``worker`` (none for a server fault), for a
-    part kill the ``part`` and ``pick`` (which of its processes: ``floor(pick * n)`` of
-    the ``n`` found, in pid order)."""
+    kill: until the restart; a partition: until the heal; a cut and a clock skew: 0), on
+    ``worker`` (none for a server fault; on a fleet, a partition or a clock skew acts on
+    every worker of its ``host``), for a part kill the ``part`` and ``pick`` (which of its
+    processes: ``floor(pick * n)`` of the ``n`` found, in pid order), for a clock skew
+    the ``offset`` (seconds ahead)."""
 
     kind: PlanKind
     at: float
@@ -72,9 +91,13 @@ class PlannedFault:
     worker: str | None = None
     part: str | None = None
     pick: float = 0.0
+    offset: float = 0.0
+    host: str | None = None
 
     def what(self) -> str:
         """What is done, in words."""
+        host = f" (host {self.host}, all its workers)" if self.host else ""
+        on = f"worker {self.worker}{host}"
         return {
             "kill": f"SIGKILL worker {self.worker} (restarted {self.lasts:g} s after it exits)",
             "pause": f"SIGSTOP worker {self.worker} for {self.lasts:g} s",
@@ -82,6 +105,8 @@ class PlannedFault:
             "server-kill": f"SIGKILL the server, restart it after {self.lasts:g} s",
             "server-freeze": f"SIGSTOP the server for {self.lasts:g} s",
             "cut": "cut the namespace's connections to the server",
+            "partition": f"partition {on} from the server for {self.lasts:g} s",
+            "clock-skew": f"move the clock of {on} {self.offset:g} s ahead, until the workers stop",
         }[self.kind]
 
     def describe(self) -> str:
@@ -239,6 +264,44 @@ def _jobs(
     return jobs, subs, notes
 
 
+def _sized(
+    kind: PlanKind, count: int, factor: float, profile: Profile, reach: Reach
+) -> tuple[float | None, NotRun | None]:
+    """A partition's length or a clock skew's offset (``factor`` x ``recovery_after``),
+    or why the ``count`` of them asked cannot run."""
+    if kind in reach.cannot:
+        return None, NotRun(kind, count, reach.cannot[kind])
+    if profile.recovery_after is None:
+        why = f"profile {profile.name!r} declares no recovery_after to size a {kind} by"
+        return None, NotRun(kind, count, why)
+    return round(factor * profile.recovery_after, 3), None
+
+
+def _skews(
+    scenario: Scenario,
+    offset: float,
+    window: float,
+    workers: tuple[str, ...],
+    reach: Reach,
+    rng: random.Random,
+) -> tuple[list[PlannedFault], list[NotRun]]:
+    """The clock skews: each on a worker of another host, early in the window."""
+    groups = sorted({reach.host(w) for w in workers})
+    n = min(scenario.clock_skew, len(groups))
+    out = []
+    for group in rng.sample(groups, n):
+        worker = rng.choice([w for w in workers if reach.host(w) == group])
+        at = round(rng.uniform(_GAP, max(_GAP, window / 4)), 3)
+        host = group if reach.hosts else None
+        out.append(PlannedFault("clock-skew", at, 0.0, worker, offset=offset, host=host))
+    not_run = []
+    if scenario.clock_skew > n:
+        what = "hosts" if reach.hosts else "workers"
+        why = f"a clock jumps once: only {len(groups)} {what} to skew"
+        not_run.append(NotRun("clock-skew", scenario.clock_skew - n, why))
+    return out, not_run
+
+
 def _faults(
     scenario: Scenario,
     system: DeployedSystem,
@@ -246,6 +309,7 @@ def _faults(
     server_faults: frozenset[str],
     workers: tuple[str, ...],
     rng: random.Random,
+    reach: Reach,
 ) -> tuple[list[PlannedFault], list[NotRun], float, list[str]]:
     """The faults drawn on the window (stretched to fit the longest), and those not run."""
     not_run: list[NotRun] = []
@@ -289,6 +353,19 @@ def _faults(
             not_run.append(NotRun(kind, count, why))
         else:
             wanted += [(kind, lasts, span)] * count
+    skew_offset: float | None = None
+    if scenario.partition:
+        length, no = _sized("partition", scenario.partition, scenario.partition_factor,
+                            profile, reach)  # fmt: skip
+        if no is not None:
+            not_run.append(no)
+        elif length is not None:
+            wanted += [("partition", length, length + _GAP)] * scenario.partition
+    if scenario.clock_skew:
+        skew_offset, no = _sized("clock-skew", scenario.clock_skew, scenario.skew_factor,
+                                 profile, reach)  # fmt: skip
+        if no is not None:
+            not_run.append(no)
     notes: list[str] = []
     window = scenario.window
     longest = max((span for _, _, span in wanted), default=0.0)
@@ -310,8 +387,10 @@ def _faults(
         for _ in range(2000):
             at = round(rng.uniform(_GAP, max(_GAP, window - span)), 3)
             worker = None if kind in _SERVER_NEEDS else rng.choice(workers)
-            where = worker or "server"
-            if free(where, at, at + span) and (
+            hit = ("server",) if worker is None else (worker,)
+            if kind == "partition" and worker is not None:
+                hit = reach.together(worker)  # a fleet's host: every worker on it
+            if all(free(where, at, at + span) for where in hit) and (
                 kind != "cut" or any(free(w, at, at + span) for w in workers)
             ):
                 break
@@ -320,12 +399,23 @@ def _faults(
                 f"scenario {scenario.name!r}: its faults do not fit in a window of {window:g} s "
                 f"without two on one worker (or on the server) at once; lengthen 'window'"
             )
-        busy.setdefault(where, []).append((at, at + span))
+        for where in hit:
+            busy.setdefault(where, []).append((at, at + span))
         part = rng.choice(parts).name if kind == "part-kill" else None
         pick = round(rng.random(), 6) if kind == "part-kill" else 0.0
-        planned.append(PlannedFault(kind, at, lasts, worker, part, pick))
+        host = reach.host(worker) if kind == "partition" and worker and reach.hosts else None
+        planned.append(PlannedFault(kind, at, lasts, worker, part, pick, host=host))
+    if skew_offset is not None:
+        skews, no_skews = _skews(scenario, skew_offset, window, workers, reach, rng)
+        planned += skews
+        not_run += no_skews
     planned.sort(key=lambda f: (f.at, f.kind))
     return planned, not_run, window, notes
+
+
+def worker_names(scenario: Scenario) -> tuple[str, ...]:
+    """The names of ``scenario``'s workers: ``w1``, ``w2``, ..."""
+    return tuple(f"w{i}" for i in range(1, scenario.workers + 1))
 
 
 def make_plan(
@@ -335,17 +425,20 @@ def make_plan(
     system: DeployedSystem,
     profile: Profile,
     server_faults: frozenset[str],
+    reach: Reach | None = None,
 ) -> Plan:
     """The plan ``seed`` draws from ``scenario`` for ``system`` under ``profile`` on a
-    server supporting ``server_faults`` (same arguments, same plan)."""
+    server supporting ``server_faults``, its workers where ``reach`` says (default: each
+    worker its own host, every worker fault possible); same arguments, same plan."""
     scenario.check()
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise ScenarioError(f"seed: an integer in [0, 2**63), not {seed!r}")
-    workers = tuple(f"w{i}" for i in range(1, scenario.workers + 1))
+    workers = worker_names(scenario)
     jobs, subs, job_notes = _jobs(scenario, system, profile, random.Random(f"jobs:{seed}"))
     faults, not_run, window, fault_notes = _faults(
-        scenario, system, profile, server_faults, workers, random.Random(f"faults:{seed}")
-    )
+        scenario, system, profile, server_faults, workers, random.Random(f"faults:{seed}"),
+        reach or Reach(),
+    )  # fmt: skip
     return Plan(
         scenario, seed, profile.name, workers, tuple(jobs), tuple(faults), window,
         tuple(not_run), tuple(subs), tuple(job_notes + fault_notes),

@@ -3,7 +3,9 @@
 ``results.json`` holds everything: the system (name and version), the server and its
 version, the profile (each setting's value, default and the docs line allowing it), the
 scenario and seed, the plan and the faults as done (with the errors of those that could
-not be), the workers' exits, the drain, the counts by behaviour and by final state, and
+not be), where the workers ran (a fleet's hosts, each with its measured clock), the
+workers' exits, the drain, the counts by behaviour and by final state, every execution
+(its times as journalled, and in true time when its worker's clock was skewed), and
 every verdict (rule, finding or gap, job, executions, workers, causes, the promise's id,
 quote and link, the known-upstream issue that covers it, message), and the system's
 known-upstream entries with what each covered. ``report.md`` says it for a reader: the
@@ -23,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rdq_compliance.deployed.faults import true_time
 from rdq_compliance.deployed.probe import Execution
 from rdq_compliance.deployed.result import CampaignResult
 from rdq_compliance.deployed.verdicts import Verdict
@@ -37,11 +40,22 @@ def _t(result: CampaignResult, t: float | None) -> float | None:
 
 
 def _execution(result: CampaignResult, x: Execution) -> dict[str, Any]:
-    return {
+    out = {
         "exec": x.exec, "job": x.job, "worker": x.worker, "pid": x.pid,
         "attempt": x.attempt, "started": _t(result, x.started), "ended": _t(result, x.ended),
         "outcome": x.outcome,
     }  # fmt: skip
+    started, ended = _true(result, x)
+    if started != x.started or ended != x.ended:  # read from a skewed clock
+        out["true_started"], out["true_ended"] = _t(result, started), _t(result, ended)
+    return out
+
+
+def _true(result: CampaignResult, x: Execution) -> tuple[float, float | None]:
+    """An execution's start and end in true time (a skewed worker's taken back)."""
+    faults = result.faults
+    ended = None if x.ended is None else true_time(x.worker, x.ended, faults)
+    return true_time(x.worker, x.started, faults), ended
 
 
 def _verdict(result: CampaignResult, v: Verdict) -> dict[str, Any]:
@@ -118,6 +132,7 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
                 "targets": list(d.fault.targets),
                 "part": d.fault.part,
                 "pids": sorted(d.fault.pids) if d.fault.pids is not None else None,
+                "offset": d.fault.offset,
                 "late": round(d.late, 3),
                 "took": round(d.took, 3),
                 "detail": d.detail,
@@ -159,6 +174,12 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
         "executions": [_execution(result, x) for x in result.executions],
         "torn": [asdict(t) for t in result.torn],
         "uncertainty": {"seconds": result.uncertainty, "why": result.uncertainty_note},
+        "hosts": result.hosts,
+        "host_losses": [
+            {"worker": f.targets[0], "start": _t(result, f.start), "end": _t(result, f.end)}
+            for f in result.host_losses
+        ],
+        "notes": result.notes,
         "counts": result.counts(),
         "verdicts": [_verdict(result, v) for v in result.verdicts],
         "known_upstream": _known_upstream(result),
@@ -191,14 +212,28 @@ def _verdict_md(result: CampaignResult, v: Verdict, n: int) -> list[str]:
         ]
     out.append(f"- workers: {', '.join(v.workers) or 'none'}")
     for x in (x for x in result.executions if x.exec in v.executions):
-        ended = "no end line" if x.ended is None else f"ended +{_t(result, x.ended):.3f} s"
+        started, end = _true(result, x)
+        ended = "no end line" if end is None else f"ended +{_t(result, end):.3f} s"
+        skewed = " (true time; its clock was skewed)" if started != x.started else ""
         out.append(
             f"- execution `{x.exec[:12]}` on {x.worker} (pid {x.pid}, attempt {x.attempt}): "
-            f"started +{_t(result, x.started):.3f} s, {ended}, {x.outcome or '-'}"
+            f"started +{_t(result, started):.3f} s, {ended}, {x.outcome or '-'}{skewed}"
         )
     causes = "; ".join(v.causes) or "none"
     out += [f"- faults in play: {causes}", "", "```text", v.message, "```", ""]
     return out
+
+
+def _host_md(host: dict[str, object]) -> str:
+    """One host of a fleet: its name and address, its workers, its measured clock."""
+    offset, spread = host.get("offset"), host.get("uncertainty")
+    clock = "not measured"
+    if isinstance(offset, float) and isinstance(spread, float):
+        clock = f"clock {offset * 1000:+.2f} ms ± {spread * 1000:.2f} ms"
+    workers = host.get("workers")
+    names = ", ".join(map(str, workers)) if isinstance(workers, list) else ""
+    lost = "; lost during the campaign" if host.get("lost") else ""
+    return f"{host.get('name')} ({host.get('url')}): workers {names or 'none'}; {clock}{lost}"
 
 
 def markdown(result: CampaignResult) -> str:
@@ -214,6 +249,13 @@ def markdown(result: CampaignResult) -> str:
         f"gaps: {len(result.gaps)}",
         f"- drain: {result.drain_ended_by}",
         f"- clock uncertainty: {result.uncertainty_note}",
+        *[f"- host {_host_md(h)}" for h in result.hosts],
+        *[
+            f"- {f.targets[0]} ended with its lost host at +{_t(result, f.start):.3f} s; "
+            "judged as killed then"
+            for f in result.host_losses
+        ],
+        *[f"- {note}" for note in result.notes],
         "- times: +N s after the fault window opened; took "
         + ", ".join(f"{k} {v:g} s" for k, v in result.timings.items()),
         "",

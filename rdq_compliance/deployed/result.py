@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rdq_compliance.deployed.faults import Fault
 from rdq_compliance.deployed.fleet import Exit
 from rdq_compliance.deployed.nemesis import NemesisResult
 from rdq_compliance.deployed.plan import Plan
@@ -53,8 +54,21 @@ class CampaignResult:
     known_upstream: tuple[KnownUpstream, ...] = ()
     uncertainty: float = 0.0
     uncertainty_note: str = ""
+    #: The hosts of a fleet the workers ran on (name, address, measured clock, workers).
+    hosts: list[dict[str, object]] = field(default_factory=list)
+    #: What the places say of where the workers ran.
+    notes: list[str] = field(default_factory=list)
+    #: A fleet's host lost mid-campaign, as the checker reads it: a kill of each of its
+    #: workers from when the harness saw its connection close to the worker's restart on
+    #: another host (what its processes did after their last journalled line is unknown).
+    host_losses: list[Fault] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+
+    @property
+    def faults(self) -> list[Fault]:
+        """Every fault the checker judges with: the nemesis's, and the hosts lost."""
+        return [*self.nemesis.faults, *self.host_losses]
 
     @property
     def findings(self) -> list[Verdict]:

@@ -59,6 +59,10 @@ class Scenario:
     server_freeze: int = 1
     server_frozen: float = 3.0
     cut: int = 1
+    partition: int = 1  # a worker (on a fleet: its host) cut off the server for
+    partition_factor: float = 1.5  # partition_factor x recovery_after
+    clock_skew: int = 1  # a worker's clock (on a fleet: its host's) jumps ahead by
+    skew_factor: float = 1.5  # skew_factor x recovery_after, until the workers stop
     # the drain: recovery_after + the longest job + this
     drain_margin: float = 30.0
 
@@ -86,8 +90,9 @@ class Scenario:
             raise ScenarioError("window: a positive number of seconds")
         if self.delayed > self.jobs:
             raise ScenarioError(f"delayed: {self.delayed} of only {self.jobs} jobs")
-        if self.pause_factor <= 0:
-            raise ScenarioError("pause_factor: a positive number")
+        for name in ("pause_factor", "partition_factor", "skew_factor"):
+            if getattr(self, name) <= 0:
+                raise ScenarioError(f"{name}: a positive number")
         return self
 
     @property
@@ -122,6 +127,8 @@ BUILTIN: Mapping[str, Scenario] = {
         server_freeze=1,
         server_frozen=2.0,
         cut=1,
+        partition=0,
+        clock_skew=0,
         drain_margin=25.0,
     ),
 }
@@ -156,15 +163,20 @@ server_down = 2
 server_freeze = 1
 server_frozen = 2
 cut = 1
+partition = 1
+partition_factor = 1.5
+clock_skew = 1
+skew_factor = 1.5
 """
 
 _TOP = {"name", "workers", "window", "drain_margin"}
 _JOBS = {"succeed", "succeed_seconds", "sleep", "fail", "retry", "retries", "hold", "delayed",
          "max_delay"}  # fmt: skip
 _FAULTS = {"kill", "restart_after", "pause", "pause_factor", "part_kill", "server_kill",
-           "server_down", "server_freeze", "server_frozen", "cut"}  # fmt: skip
+           "server_down", "server_freeze", "server_frozen", "cut", "partition",
+           "partition_factor", "clock_skew", "skew_factor"}  # fmt: skip
 _COUNTS = {"succeed", "sleep", "fail", "retry", "hold", "delayed", "kill", "pause", "part_kill",
-           "server_kill", "server_freeze", "cut"}  # fmt: skip
+           "server_kill", "server_freeze", "cut", "partition", "clock_skew"}  # fmt: skip
 
 
 def load_scenario(name_or_path: str | Path) -> Scenario:

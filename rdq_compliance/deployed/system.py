@@ -26,6 +26,7 @@ here names a library.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ __all__ = [
     "installed",
     "link_problem",
     "load_system",
+    "takes_dsn",
 ]
 
 GROUP = "rdq.systems"
@@ -247,9 +249,15 @@ class DeployedSystem(Protocol):
         """Release the client's connections (the workers are the harness's business)."""
         ...
 
-    def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
         """How to start worker ``name`` under ``profile``, its probe journaling to
-        ``probe_path``."""
+        ``probe_path`` (a path on the host the worker runs on), connecting to the server
+        at ``dsn`` (the server as that worker reaches it: through a relay, from another
+        host; ``None``: the DSN given to :meth:`bind`). A system whose ``worker`` takes no
+        ``dsn`` runs only where its workers reach the server at the bound DSN
+        (:func:`takes_dsn`)."""
         ...
 
     def enqueue(self, jobs: Sequence[JobSpec]) -> Mapping[str, str]:
@@ -321,6 +329,17 @@ def declaration_problems(system: DeployedSystem, rules: Sequence[str]) -> list[s
         forbidden |= set(p.forbids)
     out += [f"{system.name}: no promise forbids {r!r}" for r in rules if r not in forbidden]
     return out
+
+
+def takes_dsn(system: DeployedSystem) -> bool:
+    """Whether ``system.worker`` takes the ``dsn`` a worker reaches the server with."""
+    try:
+        parameters = inspect.signature(system.worker).parameters
+    except (TypeError, ValueError):
+        return False
+    return "dsn" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def installed() -> dict[str, EntryPoint]:

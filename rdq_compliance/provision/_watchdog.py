@@ -6,16 +6,24 @@ here would fail at once); it walks ``/proc`` itself for the same reason. Its std
 pipe whose only writer is the kit process; the protocol is line-based.
 
 kit → watchdog
-    first line: a JSON object describing the process to start (``argv``, ``cwd``, ``env``,
+    first line: a JSON object describing the process to start (``argv``, ``cwd``, ``env``
+    (the whole environment) or ``env_add`` (variables added to the watchdog's own),
     ``uid``, ``gid``, ``groups``, ``log``, ``stop_signal``, ``grace``, ``cleanup``); then
     commands: ``kill`` (SIGKILL the whole tree now), ``stop <grace>`` (the stop signal to
     the leader, then SIGKILL the tree after ``grace`` seconds), ``signal <n>`` (signal
-    ``n`` to the leader alone: a remote fleet's SIGKILL, SIGSTOP and SIGCONT), ``quit``
-    (the kit is done: make sure nothing is left, exit).
+    ``n`` to the leader alone: a remote fleet's SIGKILL, SIGSTOP and SIGCONT), ``pause``
+    and ``resume`` (SIGSTOP / SIGCONT to every process of the tree), ``pids`` (list the
+    tree), ``signal-pid <pid> <n>`` (signal ``n`` to one process of the tree; for SIGKILL,
+    answered once it is gone), ``quit`` (the kit is done: make sure nothing is left, exit).
+    The tree commands are how a remote fleet freezes or kills a whole worker, or one of
+    its processes, on its host.
 watchdog → kit (stdout, JSON lines)
     ``{"started": pid}`` or ``{"error": "..."}``; ``{"exited": returncode}`` when the
-    leader ends; ``{"done": "kill"|"stop", "survivors": [...]}`` after a command
-    (``{"done": "signal"}`` after a signal).
+    leader ends; ``{"done": "kill"|"stop", "survivors": [...]}`` after a command (a kill
+    also says which pids it found, ``"killed"``); ``{"done": "signal"}`` after a signal;
+    ``{"done": "pause"|"resume", "pids": [...]}``; ``{"done": "pids", "leader": pid or
+    null, "tree": [...], "under": [...]}`` (the leader while it runs, every process of
+    the tree, the leader's descendants); ``{"done": "signal-pid", "hit": true|false}``.
 
 The rule this process exists for: **the server dies with the kit.** The watchdog (not the
 kit) forks the server, in a new session, as another user if asked. It then waits on its
@@ -144,11 +152,14 @@ class Watchdog:
         kwargs: dict[str, Any] = {}
         if c.get("uid") is not None:
             kwargs.update(user=c["uid"], group=c["gid"], extra_groups=c.get("groups") or [])
+        env = c.get("env")
+        if c.get("env_add"):
+            env = {**(env if env is not None else os.environ), **c["env_add"]}
         with open(c["log"], "ab", buffering=0) as log:
             self.leader = subprocess.Popen(
                 c["argv"],
                 cwd=c.get("cwd"),
-                env=c.get("env"),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -198,8 +209,9 @@ class Watchdog:
             self.reported_exit = True
             _say(exited=leader.returncode)
 
-    def kill_tree(self) -> list[int]:
-        """SIGKILL every process of the tree until none is left; the survivors (if any)."""
+    def kill_tree(self, found: list[int] | None = None) -> list[int]:
+        """SIGKILL every process of the tree until none is left; the survivors (if any).
+        ``found`` (if given) gets every pid the kills were sent to."""
         deadline = time.monotonic() + 10.0
         while True:
             self.reap()
@@ -211,7 +223,62 @@ class Watchdog:
                     os.killpg(self.pgid, signal.SIGKILL)
             for pid in pids:
                 _signal(pid, signal.SIGKILL)
+            if found is not None:
+                found.extend(p for p in pids if p not in found)
             time.sleep(0.005)
+
+    def pause_tree(self) -> list[int]:
+        """SIGSTOP every process of the tree, listing it again until no process is left
+        unsignalled (a child forked meanwhile is stopped too); returns the pids stopped
+        once each is seen stopped (or gone), or after 5 s."""
+        stopped: list[int] = []
+        for _ in range(50):
+            todo = [p for p in self.tree() if p not in stopped]
+            if not todo:
+                break
+            for pid in todo:
+                _signal(pid, signal.SIGSTOP)
+            stopped += todo
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            table = _process_table()
+            if all(table.get(p, (0, "X"))[1] in ("T", "t", "Z", "X") for p in stopped):
+                break
+            time.sleep(0.002)
+        return sorted(stopped)
+
+    def resume_tree(self) -> list[int]:
+        """SIGCONT every process of the tree; the pids continued."""
+        pids = self.tree()
+        for pid in pids:
+            _signal(pid, signal.SIGCONT)
+        return pids
+
+    def listing(self) -> dict[str, Any]:
+        """The leader (while it runs), the whole tree, and the leader's descendants."""
+        self.reap()
+        leader = self.leader
+        alive = leader is not None and leader.returncode is None
+        return {
+            "leader": leader.pid if alive and leader is not None else None,
+            "tree": self.tree(),
+            "under": descendants(leader.pid) if alive and leader is not None else [],
+        }
+
+    def signal_one(self, pid: int, signum: int) -> bool:
+        """Signal ``signum`` to ``pid`` if it is a process of the tree; for SIGKILL, wait
+        (up to 10 s) until it is gone. Whether it was one of the tree's."""
+        if pid not in self.tree():
+            return False
+        _signal(pid, signum)
+        if signum == signal.SIGKILL:
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:
+                self.reap()
+                if _process_table().get(pid, (0, "X"))[1] in ("Z", "X"):
+                    break
+                time.sleep(0.005)
+        return True
 
     def stop_tree(self, grace: float) -> list[int]:
         """The stop signal to the leader (and SIGCONT to the tree, in case it was paused);
@@ -250,7 +317,18 @@ class Watchdog:
         if word == "quit":
             return True
         if word == "kill":
-            _say(done="kill", survivors=self.kill_tree())
+            found: list[int] = []
+            survivors = self.kill_tree(found)
+            _say(done="kill", survivors=survivors, killed=sorted(found))
+        elif word == "pause":
+            _say(done="pause", pids=self.pause_tree())
+        elif word == "resume":
+            _say(done="resume", pids=self.resume_tree())
+        elif word == "pids":
+            _say(done="pids", **self.listing())
+        elif word == "signal-pid":
+            pid, _, signum = arg.partition(" ")
+            _say(done="signal-pid", hit=self.signal_one(int(pid), int(signum)))
         elif word == "stop":
             grace = float(arg) if arg else float(self.config.get("grace", 5.0))
             _say(done="stop", survivors=self.stop_tree(grace))

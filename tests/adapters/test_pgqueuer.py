@@ -3,6 +3,9 @@
 - the adapter's own pieces: the heartbeat-timeout option carried in the DSN, the history
   read from ``pgqueuer_log`` (crafted logs), the plugin's server (pgqueuer installed in
   each namespace, the option in the DSN it hands out);
+- what the adapter keeps as pgqueuer's own worker does, and adds nothing to: one storage
+  is one ``QueueManager`` with its ``job_context`` (its own re-pick of a job it still runs
+  is skipped), no check of an idle connection before a call, no connect timeout;
 - the ledger: a few of its gaps, run through the kit, are reported as expected failures
   (and a ledger key that names no test would be a usage error: the run would fail);
 - each finding of ``findings/pgqueuer/README.md``: the kit fails on the adapter under the
@@ -19,10 +22,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,6 +46,8 @@ from rdq_compliance.chaos.scenario import load_scenario
 from rdq_compliance.provision.backend import ProvisionRequest
 from rdq_compliance.session import Session
 from rdq_compliance.settings import Settings
+from rdq_compliance.suite.helpers import wait_until
+from rdq_core.errors import BackendUnavailable
 from rdq_core.model import ErrorInfo, NewTask, Outcome, Status
 from tests._ci import missing
 from tests._proof import AttemptResult, Proof, run_seeds, seeds_from
@@ -101,12 +110,16 @@ def _record(log: list[tuple[str, int, dict | None]], row: dict | None, job_id: i
 ERROR = ErrorInfo("E", "m")
 
 
-def _tb(outcome: Outcome, claim_at: int, error: ErrorInfo | None = ERROR):
+def _tb(
+    outcome: Outcome, claim_at: int, error: ErrorInfo | None = ERROR, repicks: tuple[int, ...] = ()
+):
     return {
         "exception_type": error.type if error else "",
         "exception_message": error.message if error else "",
         "traceback": "",
-        "additional_context": traceback_context(outcome, error, claim_at * US),
+        "additional_context": traceback_context(
+            outcome, error, claim_at * US, [r * US for r in repicks]
+        ),
     }
 
 
@@ -178,6 +191,146 @@ def test_history_reads_a_resurrected_held_job_and_a_redrive():
     assert task.status is Status.SUCCEEDED and task.payload == b"" and not task.headers
     gone = [("queued", 1, None), ("canceled", 2, None)]
     assert decode("t", [_record(gone, None)], T) is None
+
+
+def test_history_reads_a_holders_own_re_pick_as_its_run_going_on():
+    """QueueManager.run skips a job its own dequeue re-picked while it still runs it
+    (``job_context``): the row is picked again (13) and the first run goes on to report
+    (14), naming the re-pick in its traceback. One run, one attempt; a re-pick by another
+    worker (16) still ends the pick it took over."""
+    log = [
+        ("queued", 1, None),
+        ("picked", 10, None),
+        ("picked", 13, None),
+        ("successful", 14, _tb(Outcome.SUCCESS, 10, None, repicks=(13,))),
+    ]
+    task = decode("t", [_record(log, None)], T).task  # type: ignore[union-attr]
+    assert [(a.outcome, a.started_at.second, a.finished_at.second) for a in task.attempts] == [
+        (Outcome.SUCCESS, 10, 14)
+    ]
+    taken = [
+        ("queued", 1, None),
+        ("picked", 10, None),
+        ("picked", 13, None),
+        ("picked", 16, None),
+        ("queued", 17, _tb(Outcome.RETRYABLE_FAILURE, 10, repicks=(13,))),
+    ]
+    decoded = decode("t", [_record(taken, _row("queued"))], T)
+    assert decoded is not None
+    assert [
+        (a.outcome, a.started_at.second, a.finished_at.second) for a in decoded.task.attempts
+    ] == [
+        (Outcome.LEASE_EXPIRED, 10, 16),
+        (Outcome.LEASE_EXPIRED, 16, 17),
+        (Outcome.RETRYABLE_FAILURE, 10, 17),
+    ]
+
+
+@contextmanager
+def _deployed(dsn: str, tmp_path: Path, heartbeat_timeout: str) -> Iterator[tuple[str, str]]:
+    """A namespace with pgqueuer installed and the DSN that deploys ``heartbeat_timeout``."""
+    backend = PgqueuerBackend()
+    request = ProvisionRequest(
+        workdir=tmp_path, dsn=dsn, options={dsns.OPTION: heartbeat_timeout}, allow_docker=False
+    )
+    server = backend.provision(request)
+    try:
+        namespace = server.create_namespace()
+        try:
+            yield server.dsn, namespace
+        finally:
+            server.drop_namespace(namespace)
+    finally:
+        server.close()
+
+
+def test_a_worker_never_hands_itself_a_job_it_still_runs(dsn, tmp_path):
+    """QueueManager.run keeps the jobs it runs in ``job_context`` and skips one its own
+    dequeue re-picks (its heartbeat late): one storage is one QueueManager, so its
+    claim_due returns nothing for a claim it still holds, whose report then stands as the
+    one run. Another worker's dequeue still takes the stale job, and a reschedule releases
+    the job before retry_job (as _dispatch does), so the same worker may claim it again."""
+    with _deployed(dsn, tmp_path, "1") as (deployed, namespace):
+        mine, other = PgqueuerStorage(deployed, namespace), PgqueuerStorage(deployed, namespace)
+        try:
+            mine.enqueue(NewTask("a", "q", "h", b"x"))
+            (held,) = mine.claim_due("q", 5, timedelta(minutes=1))
+            wait_until(mine, held.lease_expires_at)
+            assert mine.claim_due("q", 5, timedelta(minutes=1)) == []
+            assert mine.get("a").status is Status.IN_FLIGHT  # pgqueuer's dequeue re-picked it
+            mine.complete("a", held.token)
+            done = mine.get("a")
+            assert done.status is Status.SUCCEEDED
+            assert [a.outcome for a in done.attempts] == [Outcome.SUCCESS]
+
+            mine.enqueue(NewTask("b", "q", "h", b"x"))
+            (lost,) = mine.claim_due("q", 5, timedelta(minutes=1))
+            wait_until(mine, lost.lease_expires_at)
+            (taken,) = other.claim_due("q", 5, timedelta(minutes=1))
+            assert taken.task_id == "b" and taken.reclaimed
+            other.reschedule("b", taken.token, timedelta(0))
+            (again,) = other.claim_due("q", 5, timedelta(minutes=1))
+            assert again.task_id == "b" and not again.reclaimed
+        finally:
+            mine.close()
+            other.close()
+
+
+def test_a_session_ended_while_idle_fails_the_next_call_as_pgqueuer_would(dsn, tmp_path):
+    """pgqueuer's PsycopgDriver runs on the connection it was given and checks nothing
+    before a statement: a session the server ended while idle fails the next call, which
+    the storage reports as BackendUnavailable; the call after it connects again."""
+    with _deployed(dsn, tmp_path, "30") as (deployed, namespace):
+        storage = PgqueuerStorage(deployed, namespace)
+        try:
+            storage.enqueue(NewTask("a", "q", "h", b"x"))
+            with psycopg.connect(dsns.split(dsn)[0], autocommit=True) as admin:
+                ended = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (f"rdq:{namespace}",),
+                ).fetchone()
+            assert ended is not None and ended[0] == 1
+            time.sleep(0.5)  # the termination notice reaches the idle socket
+            with pytest.raises(BackendUnavailable):
+                storage.get("a")
+            assert storage.get("a").status is Status.PENDING
+        finally:
+            storage.close()
+
+
+def test_a_connection_waits_as_long_as_libpq_does(tmp_path):
+    """pgqueuer sets no connect timeout (``ConnectionSettings.connect_timeout`` defaults to
+    None; libpq then waits for good) and neither does the storage: against a server that
+    accepts the TCP connection and never answers, a call is still waiting after 6 s, and
+    ends (BackendUnavailable) when the server goes away."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    storage = PgqueuerStorage(f"postgresql://postgres@127.0.0.1:{port}/test", "rdq_unused")
+    outcome: list[BaseException | None] = []
+
+    def call() -> None:
+        try:
+            storage.now()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        accepted, _ = listener.accept()
+        caller.join(6.0)
+        assert caller.is_alive(), f"the connect gave up by itself: {outcome}"
+        accepted.close()
+        listener.close()
+        caller.join(30.0)
+        assert not caller.is_alive() and isinstance(outcome[0], BackendUnavailable), outcome
+    finally:
+        listener.close()
+        storage.close()
 
 
 def test_the_plugin_installs_pgqueuer_and_deploys_the_heartbeat_timeout(dsn, tmp_path):
@@ -303,8 +456,11 @@ def _proof(
 
 
 def _reproduce(name: str) -> subprocess.CompletedProcess[str]:
+    """The reproducer, its heartbeat_timeout shortened from pgqueuer's 30 s to 1 s (its
+    ``HEARTBEAT_TIMEOUT``: the worker's freeze only has to outlast it)."""
     env = dict(os.environ)
     env.setdefault("PGDSN", dsns.split(DSN)[0])
+    env["HEARTBEAT_TIMEOUT"] = "1"
     return subprocess.run(
         [sys.executable, str(FINDINGS / f"{name}.py")],
         capture_output=True, text=True, timeout=60, env=env,
@@ -396,7 +552,7 @@ def test_finding_01_a_stale_retry_takes_a_live_claim(pgqueuer_session, tmp_path_
     _proof(pgqueuer_session, tmp_path_factory, name)
     run = _reproduce(name)
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "PRESENT: C holds the job B is still running and heartbeating" in run.stdout
+    assert "PRESENT: C held the job B was still running and heartbeating" in run.stdout
 
 
 def test_finding_02_a_stale_retry_resurrects_a_held_job(pgqueuer_session, tmp_path_factory):

@@ -53,6 +53,7 @@ from rdq_compliance.session import Session
 from tests._ci import missing
 from tests._paths import ROOT, pythonpath
 from tests._proof import AttemptResult, run_seeds, seeds_from
+from tests._ssh_hosts import host_processes, wait_no_workers
 from tests._waiting import HANG_S
 from tests.broken import catalogue
 from tests.chaos._chaos_support import STANDARD, start_session
@@ -93,38 +94,6 @@ def remote_fleet(
     with ssh_hosts.SshHosts(count, workdir, relays=[address]) as hosts:
         path = hosts.write_fleet_toml(workdir / "hosts.toml", sys.executable, extra)
         yield hosts, load_fleet(path)
-
-
-def _host_processes(hosts: ssh_hosts.SshHosts) -> dict[str, list[str]]:
-    """Per host, the processes in its namespace other than its listening sshd."""
-    out: dict[str, list[str]] = {}
-    for h in hosts.hosts:
-        pids = subprocess.run(
-            ["ip", "netns", "pids", h.namespace], capture_output=True, text=True, check=False
-        ).stdout.split()
-        left = []
-        for pid in pids:
-            try:
-                proc = psutil.Process(int(pid))
-                cmd = " ".join(proc.cmdline())
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-            except psutil.NoSuchProcess:
-                continue
-            if re.search(r"sshd.* -D .*-f ", cmd) and not re.search(r"sshd: \S+@", cmd):
-                continue  # the host's own listening sshd
-            left.append(f"{pid} {cmd[:120]}")
-        out[h.name] = left
-    return out
-
-
-def _wait_no_workers(hosts: ssh_hosts.SshHosts, timeout: float) -> dict[str, list[str]]:
-    end = time.monotonic() + timeout
-    while True:
-        left = {k: v for k, v in _host_processes(hosts).items() if v}
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.2)
 
 
 def _harness_events(outdir: Path) -> list[dict]:
@@ -420,7 +389,7 @@ def test_the_chaos_suite_runs_its_workers_on_the_hosts_of_rdq_chaos_fleet(redis_
             capture_output=True, text=True, cwd=tmp_path, timeout=300,
             env={**os.environ, "PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH"))},
         )  # fmt: skip
-        left = _wait_no_workers(hosts, HANG_S)
+        left = wait_no_workers(hosts, HANG_S)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert "rdq: the chaos suite's workers run over SSH on: h0 (ssh://root@" in out, out[:2000]
@@ -503,7 +472,7 @@ def test_the_launchers_verbs_reach_the_worker_process_on_its_host(redis_session,
             assert clock.host == "h0" and clock.samples == 16 and clock.uncertainty < 1.0
             w = launcher.start(WorkerStart("w0", 0, replace(config, proc="w0"), None))
             proc = psutil.Process(w.pid)  # one kernel: the host's pid is this machine's
-            # the host starts the worker through env(1), which then execs into Python
+            # the watchdog on the host starts the worker, its environment added there
             _until(lambda: "worker_main" in " ".join(proc.cmdline()), "the worker's exec")
             assert w.running
             assert launcher.leftovers() == [f"h0 pid {w.pid}"]
@@ -587,7 +556,7 @@ def test_the_standard_campaign_passes_with_its_workers_on_three_hosts(server, tm
     try:
         with remote_fleet(session, tmp_path / "hosts") as (hosts, fleet), PeerWatch(hosts) as watch:
             result = _run(session, load_scenario(STANDARD), tmp_path / "run", fleet)
-            left = _wait_no_workers(hosts, HANG_S)
+            left = wait_no_workers(hosts, HANG_S)
     finally:
         session.close()
     where = f"report folder {tmp_path / 'run'}; notes {result.counters.notes}"
@@ -808,7 +777,7 @@ def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_ho
 
         def working() -> dict[str, int]:
             return {
-                k: sum("worker_main" in p for p in v) for k, v in _host_processes(hosts).items()
+                k: sum("worker_main" in p for p in v) for k, v in host_processes(hosts).items()
             }
 
         def ready() -> bool:
@@ -819,14 +788,14 @@ def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_ho
             while not ready():
                 assert runner.poll() is None, (tmp_path / "runner.err").read_text()[-2000:]
                 if time.monotonic() > end:
-                    pytest.fail(f"no moment to kill: {_host_processes(hosts)}")
+                    pytest.fail(f"no moment to kill: {host_processes(hosts)}")
                 time.sleep(0.1)
             if scenario == "standard":
                 time.sleep(2.0)  # mid-campaign: claims held, faults under way
             before, cut = working(), _cut_tables(hosts)
             runner.send_signal(signal.SIGKILL)
             runner.wait(HANG_S)
-            left = _wait_no_workers(hosts, HANG_S)
+            left = wait_no_workers(hosts, HANG_S)
             end = time.monotonic() + HANG_S
             while _cut_tables(hosts) and time.monotonic() < end:
                 time.sleep(0.2)
@@ -840,7 +809,7 @@ def test_a_sigkilled_runner_leaves_no_worker_no_ssh_session_and_no_cut_on_any_ho
         assert scenario == "standard" or cut, "no host was cut off when the runner died"
         assert cut_after == [], (
             f"hosts still cut off after the runner was SIGKILLed: {cut_after} (cut when it "
-            f"died: {cut}); on the hosts: {_host_processes(hosts)}"
+            f"died: {cut}); on the hosts: {host_processes(hosts)}"
         )
     assert ssh_hosts.namespaces(os.getpid()) == []
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
@@ -874,7 +843,7 @@ def test_a_host_lost_mid_campaign_is_a_fault_and_its_slots_move(redis_session, t
 
         threading.Thread(target=drop_host, daemon=True).start()
         result = _run(redis_session, scenario, tmp_path / "run", fleet)
-        left = _wait_no_workers(hosts, HANG_S)
+        left = wait_no_workers(hosts, HANG_S)
     events = _harness_events(tmp_path / "run")
     lost = [e for e in events if e.get("op") == "fault" and e["kind"] == "host-lost"]
     assert [e["target"] for e in lost] == [doomed.name], lost

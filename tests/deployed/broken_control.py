@@ -6,6 +6,8 @@
   workers import the backend by that name, so they need the checkout root on
   ``PYTHONPATH`` (:func:`tests._paths.pythonpath`).
 - :func:`reclaim_ignores_lease_known`: the same, its double runs declared known upstream.
+- :func:`reclaim_ignores_lease_postgres`: the same bug on PostgreSQL
+  (``tests.deployed.broken_postgres:reclaim_ignores_lease``), for workers on other hosts.
 - :func:`never_starts`: workers that exit before they run anything."""
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ sleep = 3
 
 def reclaim_ignores_lease() -> CoreSystem:
     return CoreSystem("tests.broken.sqlite:reclaim_ignores_lease")
+
+
+def reclaim_ignores_lease_postgres() -> CoreSystem:
+    return CoreSystem("tests.deployed.broken_postgres:reclaim_ignores_lease")
 
 
 class NeverStarts(CoreSystem):

@@ -1,10 +1,11 @@
 """``rdq-chaos deployed``: ``list`` names the installed systems with their declaration
 problems; a usage error (an unknown system, profile or scenario, an incomplete
-declaration) exits 2 with one line; a campaign with a finding exits 1 -- the control on a
-backend whose claim ignores the lease, where the finding names the rule, the job and both
-workers, and cites the promise it breaks, and exits 0 when the system declares that
-finding known upstream, reported confirmed; a campaign whose workers never start exits 2
-naming the worker, not with the jobs it could not run as findings."""
+declaration, a hosts file that is not there) exits 2 with one line; a campaign with a
+finding exits 1 -- the control on a backend whose claim ignores the lease, where the
+finding names the rule, the job and both workers, and cites the promise it breaks, and
+exits 0 when the system declares that finding known upstream, reported confirmed; a
+campaign whose workers never start exits 2 naming the worker, not with the jobs it could
+not run as findings."""
 
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ def test_list_names_the_installed_systems_and_their_problems(
             "promise forbids 'lost'",
         ),
         (["rdq-core-sqlite", "--campaigns", "0"], "--campaigns must be at least 1, not 0"),
+        (
+            ["rdq-core-sqlite", "--fleet", "nowhere-hosts.toml"],
+            "no hosts file at nowhere-hosts.toml: give the path of a TOML file",
+        ),
     ],
 )
 def test_a_usage_error_exits_2_with_one_line(

@@ -7,8 +7,11 @@ overlaps; a worker killed between its handler's end and its report runs the job 
 The smoke scenario runs on SQLite and on the shared PostgreSQL server (given by DSN: its
 server faults are listed as not run, the connection cut runs); the standard scenario
 runs once on a private PostgreSQL server of the local rung, where every planned fault
-runs. On a backend whose claim ignores the lease, the same harness reports a
-``handed-out-while-held`` finding naming the job and both workers (``test_cli.py``).
+runs. On this machine a worker is partitioned in a network namespace of its own and its
+clock skewed by libfaketime: a campaign with both does them, and the checker takes the
+skewed worker's journal times (an hour ahead) back. On a backend whose claim ignores the
+lease, the same harness reports a ``handed-out-while-held`` finding naming the job and
+both workers (``test_cli.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from rdq_compliance.chaos.libfaketime import find_libfaketime
 from rdq_compliance.deployed import verdicts
 from rdq_compliance.deployed.campaign import run_campaign
 from rdq_compliance.deployed.control import PROFILES, CoreSystem
+from rdq_compliance.deployed.faults import true_time
 from rdq_compliance.deployed.result import CampaignResult
-from rdq_compliance.deployed.scenario import BUILTIN
+from rdq_compliance.deployed.scenario import BUILTIN, load_scenario
 from rdq_compliance.deployed.system import declaration_problems
+from rdq_compliance.provision import netns
 from tests._ci import missing
 from tests.test_self_contained import anchors
 
@@ -126,9 +132,19 @@ def test_standard_on_a_private_postgres_server_runs_every_fault(
     result = run_campaign(system, PROFILES["fast"], BUILTIN["standard"], 3, out=tmp_path / "r")
     _no_finding(result)
     assert result.server_origin.startswith("local")
-    assert [(n.kind, n.count) for n in result.plan.not_run] == [("part-kill", 2)]
+    # a partition needs network namespaces here, a clock skew libfaketime: where this
+    # machine lacks them the plan says so, with the reason
+    lacking = {"part-kill": 2}
+    if netns.unavailable():
+        lacking["partition"] = 1
+    if find_libfaketime() is None:
+        lacking["clock-skew"] = 1
+    assert {n.kind: n.count for n in result.plan.not_run} == lacking
     kinds = sorted(d.planned.kind for d in result.nemesis.done)
-    assert kinds == sorted(["kill"] * 3 + ["pause"] * 2 + ["server-kill", "server-freeze", "cut"])
+    ran = [k for k in ("partition", "clock-skew") if k not in lacking]
+    assert kinds == sorted(
+        ["kill"] * 3 + ["pause"] * 2 + ["server-kill", "server-freeze", "cut", *ran]
+    )
     data = _report(result)
     assert data["counts"]["accepted by behaviour"] == {
         "fail": 8, "retry": 6, "sleep": 8, "succeed": 34
@@ -136,3 +152,57 @@ def test_standard_on_a_private_postgres_server_runs_every_fault(
     assert data["plan"]["substituted"] == [
         {"behaviour": "hold", "count": 4, "reason": f"{system.name} has no 'hold'"}
     ]
+
+
+#: Two workers on this machine, a partition and a clock an hour ahead (720 x the fast
+#: profile's recovery_after of 5 s), jobs due over the window.
+PARTITION_AND_SKEW = """\
+name = "partition-and-skew"
+workers = 2
+window = 14
+drain_margin = 20
+
+[jobs]
+succeed = 10
+succeed_seconds = [0.05, 0.3]
+sleep = 1
+retry = 1
+delayed = 8
+max_delay = 10
+
+[faults]
+kill = 1
+partition = 1
+clock_skew = 1
+skew_factor = 720
+"""
+
+
+def test_a_partition_and_a_skew_on_this_machine(tmp_path: Path) -> None:
+    from tests.backends.postgres._pg_support import require_server
+
+    why = netns.unavailable() or (
+        "no libfaketime here (apt-get install libfaketime)" if find_libfaketime() is None else ""
+    )
+    if why:
+        missing(f"a worker cannot be partitioned or skewed on this machine: {why}")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(PARTITION_AND_SKEW)
+    result = run_campaign(
+        CoreSystem("postgres"), PROFILES["fast"], load_scenario(scenario), 1,
+        out=tmp_path / "r", dsn=require_server(),
+    )  # fmt: skip
+    _no_finding(result)
+    (cut,) = [d for d in result.nemesis.done if d.fault.kind == "partition"]
+    (skew,) = [d for d in result.nemesis.done if d.fault.kind == "clock-skew"]
+    assert cut.fault.targets == (cut.planned.worker,) and cut.planned.host is None
+    assert skew.fault.targets == (skew.planned.worker,) and skew.fault.offset == 3600.0
+    assert any("network namespace of its own" in n for n in result.notes)
+    assert any("under libfaketime" in n for n in result.notes)
+    assert result.drain is not None
+    opened = result.t0 - result.timings["enqueue"]
+    skewed = [x for x in result.executions if x.worker == skew.planned.worker]
+    assert any(x.started > result.drain.ended + 1800 for x in skewed), "no skewed journal time"
+    for x in result.executions:  # in true time: within the campaign
+        t = true_time(x.worker, x.started, result.nemesis.faults)
+        assert opened - result.uncertainty <= t <= result.drain.ended + result.uncertainty, x

@@ -1,6 +1,7 @@
 """A deployed scenario's plan: the same seed gives the same plan, another seed another;
-what the system or the server cannot do is listed with the reason, never dropped; a
-scenario file is read, and a bad one is one clear error."""
+what the system, the server or the places the workers run in cannot do is listed with
+the reason, never dropped; on a fleet a partition takes a whole host and each clock skew
+another host; a scenario file is read, and a bad one is one clear error."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance.deployed.control import CoreSystem
+from rdq_compliance.deployed.places import Reach
 from rdq_compliance.deployed.plan import make_plan
 from rdq_compliance.deployed.scenario import BUILTIN, EXAMPLE, ScenarioError, load_scenario
 from rdq_compliance.deployed.system import Part, Profile
@@ -21,11 +23,12 @@ ALL = frozenset(FAULTS)
 STANDARD = BUILTIN["standard"]
 
 
-def _plan(seed: int, system=None, faults=ALL, profile="fast", scenario=STANDARD):
+def _plan(seed: int, system=None, faults=ALL, profile="fast", scenario=STANDARD, reach=None):
     system = system or ToySystem(parts=(Part("main"), Part("child", 2, role="descendants")))
     return make_plan(
-        scenario, seed, system=system, profile=system.profiles[profile], server_faults=faults
-    )
+        scenario, seed, system=system, profile=system.profiles[profile], server_faults=faults,
+        reach=reach,
+    )  # fmt: skip
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
@@ -49,14 +52,21 @@ def test_the_standard_plan_on_a_system_that_can_do_everything_it_asks() -> None:
     kinds = [f.kind for f in plan.faults]
     assert sorted(kinds) == sorted(
         ["kill"] * 3 + ["pause"] * 2 + ["part-kill"] * 2 + ["server-kill", "server-freeze", "cut"]
-    )
+        + ["partition", "clock-skew"]
+    )  # fmt: skip
     assert plan.not_run == () and plan.window == 40
-    assert all(f.lasts == 7.5 for f in plan.faults if f.kind == "pause")
+    assert all(f.lasts == 7.5 for f in plan.faults if f.kind in ("pause", "partition"))
     assert all(f.part == "child" for f in plan.faults if f.kind == "part-kill")
+    (skew,) = [f for f in plan.faults if f.kind == "clock-skew"]
+    # 1.5 x recovery_after ahead, early in the window, until the workers stop
+    assert skew.offset == 7.5 and skew.lasts == 0 and skew.at <= plan.window / 4
+    assert "7.5 s ahead, until the workers stop" in skew.what()
     for f in plan.faults:
         assert 0 < f.at and f.at + f.lasts < plan.window
-    for w in plan.workers:  # no two faults on one worker at once
-        spans = sorted((f.at, f.at + f.lasts) for f in plan.faults if f.worker == w)
+    for w in plan.workers:  # no two faults on one worker at once (a skew is no span)
+        spans = sorted(
+            (f.at, f.at + f.lasts) for f in plan.faults if f.worker == w and f.kind != "clock-skew"
+        )
         assert all(b[0] > a[1] for a, b in itertools.pairwise(spans))
 
 
@@ -71,7 +81,9 @@ def test_what_cannot_run_is_listed_with_the_reason() -> None:
     )  # fmt: skip
     assert reasons["server-freeze"][0] == 1 and "pause_server" in reasons["server-freeze"][1]
     assert reasons["cut"][0] == 1 and "cut_connections" in reasons["cut"][1]
-    assert sorted(f.kind for f in plan.faults) == ["kill"] * 3 + ["pause"] * 2
+    assert sorted(f.kind for f in plan.faults) == sorted(
+        ["kill"] * 3 + ["pause"] * 2 + ["partition", "clock-skew"]
+    )
     # the control takes no retry count per job: its fail and retry jobs ask for none
     assert {j.retries for j in plan.jobs} == {None}
     assert any("takes no retry count per job" in n for n in plan.notes)
@@ -173,3 +185,39 @@ def test_an_unknown_scenario_names_the_built_in_ones() -> None:
     built_in = r"neither a built-in one \(standard, smoke\) nor a file"
     with pytest.raises(ScenarioError, match=built_in):
         load_scenario("no-such-scenario")
+
+
+def test_a_partition_or_a_skew_the_places_cannot_do_is_not_run_with_their_reason() -> None:
+    reach = Reach(cannot={"partition": "no namespaces here", "clock-skew": "no libfaketime"})
+    plan = _plan(3, reach=reach)
+    reasons = {n.kind: (n.count, n.reason) for n in plan.not_run}
+    assert reasons == {"partition": (1, "no namespaces here"), "clock-skew": (1, "no libfaketime")}
+    assert not {"partition", "clock-skew"} & {f.kind for f in plan.faults}
+    text = "\n".join(plan.lines())
+    assert "not run: 1 partition: no namespaces here" in text
+    assert "not run: 1 clock-skew: no libfaketime" in text
+
+
+def test_on_a_fleet_a_partition_takes_its_whole_host_and_each_skew_another_host() -> None:
+    """Six workers on two hosts: a partition of a host leaves every worker of the host
+    free of other faults meanwhile, and names the host; two skews land on two hosts; a
+    third has no host left and is listed as not run."""
+    six = dataclasses.replace(STANDARD, workers=6, partition=2, clock_skew=3)
+    hosts = {f"w{i}": f"h{i % 2}" for i in range(1, 7)}
+    for seed in range(20):
+        plan = _plan(seed, scenario=six, reach=Reach(hosts))
+        parts = [f for f in plan.faults if f.kind == "partition"]
+        assert len(parts) == 2
+        for cut in parts:
+            assert cut.host == hosts[cut.worker] and f"(host {cut.host}, all its workers)" in (
+                cut.what()
+            )
+            on_host = {w for w, h in hosts.items() if h == cut.host}
+            for f in plan.faults:
+                if f is cut or f.kind == "clock-skew" or f.worker not in on_host:
+                    continue
+                assert f.at > cut.at + cut.lasts or f.at + f.lasts < cut.at, (seed, f, cut)
+        skews = [f for f in plan.faults if f.kind == "clock-skew"]
+        assert sorted(f.host for f in skews) == ["h0", "h1"]
+        ((count, why),) = [(n.count, n.reason) for n in plan.not_run if n.kind == "clock-skew"]
+        assert count == 1 and why == "a clock jumps once: only 2 hosts to skew"

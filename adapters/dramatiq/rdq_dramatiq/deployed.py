@@ -28,6 +28,7 @@ Links point at the tag ``v2.2.1`` (docs/source/ and the code).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import sys
@@ -275,6 +276,12 @@ def _dramatiq_cli() -> str:
     return found
 
 
+def _url(dsn: str, namespace: str) -> str:
+    """The Redis URL of ``dsn`` whose connections carry the kit's ``namespace`` as their
+    client name (what the server's connection cut looks for)."""
+    return with_params(parse_dsn(dsn).url, {"client_name": f"rdq:{namespace}"})
+
+
 class DramatiqSystem:
     """dramatiq 2.2.1 on Redis, deployed (see the module docstring)."""
 
@@ -293,6 +300,7 @@ class DramatiqSystem:
     def __init__(self) -> None:
         self._url: str | None = None
         self._namespace = ""
+        self._bound_namespace = ""
         self._client: tuple[RedisBroker, RedisBackend, Actor[Any, Any]] | None = None
 
     def _deployment(self, profile: str) -> tuple[Deployment, tuple[str, ...]]:
@@ -310,8 +318,8 @@ class DramatiqSystem:
                 f"the deployed dramatiq system takes its settings from its profiles, not from "
                 f"DSN parameters {sorted(mine)}: drop them"
             )
-        url = parse_dsn(clean).url
-        self._url = with_params(url, {"client_name": f"rdq:{namespace}"})
+        self._url = _url(clean, namespace)
+        self._bound_namespace = namespace
         self._namespace = broker_namespace(namespace)
         broker, backend, actor = build(self._deployment(profile)[0])
         self._client = (broker, backend, actor)
@@ -323,8 +331,16 @@ class DramatiqSystem:
             backend.client.connection_pool.disconnect()
             self._client = None
 
-    def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
+        """The dramatiq CLI on the probe's broker module; ``dsn``: the server as this
+        worker reaches it (default: the DSN bound)."""
         deployment, flags = self._deployment(profile)
+        if dsn:
+            deployment = dataclasses.replace(
+                deployment, url=_url(split_dsn(dsn)[0], self._bound_namespace)
+            )
         argv = (_dramatiq_cli(), "rdq_dramatiq.deployed_jobs:setup_broker", *flags)
         env = {**deployment.env(), "RDQ_PROBE_PATH": probe_path, "RDQ_PROBE_WORKER": name}
         return WorkerLaunch(argv, env)

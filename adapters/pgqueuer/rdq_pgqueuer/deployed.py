@@ -96,7 +96,7 @@ STALLED_WORKER = Promise(
         "finish. This is the duplicate-run case ADR-0004 already requires entrypoints to "
         "tolerate."
     ),
-    link=f"{DOCS}/adr/ADR-0005-worker-liveness-is-application-signal.md#L96-L121",
+    link=f"{DOCS}/adr/ADR-0005-worker-liveness-is-application-signal.md#L19-L44",
     delivery="at-least-once",
     tolerates={
         "handed-out-while-held": _STALL,
@@ -303,7 +303,11 @@ class PgqueuerSystem:
             self._conn.close()
             self._conn = None
 
-    def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
+        """``pgq run`` of the probe's app; ``dsn``: the server as this worker reaches it
+        (default: the DSN bound)."""
         if profile not in PROFILES:
             raise InvalidArgument(f"unknown profile {profile!r} (known: {sorted(PROFILES)})")
         flags = [
@@ -314,7 +318,12 @@ class PgqueuerSystem:
         ]
         return WorkerLaunch(
             (sys.executable, "-m", "pgqueuer", "run", APP, *flags),
-            {**self._bound_env(), "RDQ_PROBE_PATH": probe_path, "RDQ_PROBE_WORKER": name},
+            {
+                **self._bound_env(),
+                **({"PGDSN": dsn} if dsn else {}),
+                "RDQ_PROBE_PATH": probe_path,
+                "RDQ_PROBE_WORKER": name,
+            },
         )
 
     def enqueue(self, jobs: Sequence[JobSpec]) -> Mapping[str, str]:

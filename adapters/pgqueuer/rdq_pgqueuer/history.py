@@ -23,6 +23,14 @@ else (:func:`decode`):
   an older pick moves the row out of ``picked`` (ended by that outcome: pgqueuer applies
   an outcome whatever pick it comes from, ADR-0004). pgqueuer itself records nothing
   else of a lost claim: no counter, no owner in the log;
+- but a re-pick by the worker still running the job is no new run: ``QueueManager.run``
+  skips a job its own dequeue re-picked while the job is in its ``job_context`` (its
+  heartbeat was late), and the first run goes on. pgqueuer logs that re-pick like any
+  other ``picked`` row; the worker that made it knows, and the adapter writes it into
+  the outcome's traceback (``repicks``, the picks' ``created``). A ``picked`` row an
+  outcome names so continues the pick that outcome is about: it ends any other pick the
+  row was in, and no attempt of its own. Until that outcome is written the re-pick reads
+  as any other (the log says no more);
 - ``queued`` without a traceback right after ``failed`` is a redrive
   (``requeue_jobs``): ``redrive_count`` counts them and ``attempt_count`` (attempts
   since the last redrive) starts again at 0. (pgqueuer's own ``attempts`` column counts
@@ -102,19 +110,38 @@ class Decoded:
 
 
 def traceback_context(
-    outcome: Outcome, error: ErrorInfo | None, claim_us: int | None
+    outcome: Outcome,
+    error: ErrorInfo | None,
+    claim_us: int | None,
+    repicks: Sequence[int] = (),
 ) -> dict[str, object]:
     """The ``additional_context`` the adapter writes with a traceback record: the rdq
-    outcome, whether there was an error and a detail, and the pick the outcome is about
-    (its ``created``, µs: what the claim token names)."""
+    outcome, whether there was an error and a detail, the pick the outcome is about (its
+    ``created``, µs: what the claim token names) and the picks of the job the reporting
+    worker's own dequeue made while it ran that pick (µs), which it skipped."""
     return {
         CONTEXT_KEY: {
             "outcome": outcome.value,
             "error": error is not None,
             "detail": error is not None and error.detail is not None,
             "claim": claim_us,
+            "repicks": [int(r) for r in repicks],
         }
     }
+
+
+def _own_repicks(log: Sequence[LogRow]) -> dict[int, int]:
+    """``re-pick µs -> the pick it continues``, from the outcomes of one job's log."""
+    out: dict[int, int] = {}
+    for row in log:
+        mine = _context(row.traceback)
+        claim, repicks = mine.get("claim"), mine.get("repicks")
+        if not isinstance(claim, int) or not isinstance(repicks, list):
+            continue
+        for r in repicks:
+            if isinstance(r, int):
+                out[r] = claim
+    return out
 
 
 def _context(tb: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -172,9 +199,16 @@ def decode(task_id: str, jobs: Sequence[JobRecord], lease: timedelta) -> Decoded
         last_pick: int | None = None
         picks: set[int] = set()
         prev: str | None = None
+        own = _own_repicks(job.log)
         for row in job.log:
             status, at, tb = row.status, row.created_us, row.traceback
-            if status == "picked":
+            continued = own.get(at) if status == "picked" else None
+            if continued is not None and continued in picks:
+                # the worker running the pick ``continued`` re-picked the job and went on
+                if open_pick is not None and open_pick != continued:
+                    add(open_pick, at, Outcome.LEASE_EXPIRED, _LEASE_EXPIRED)
+                open_pick = continued
+            elif status == "picked":
                 reclaimed = open_pick is not None
                 if open_pick is not None:  # the stale branch of dequeue re-picked it
                     add(open_pick, at, Outcome.LEASE_EXPIRED, _LEASE_EXPIRED)

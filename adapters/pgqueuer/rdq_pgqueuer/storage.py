@@ -25,7 +25,18 @@
   branch of ``Queries.dequeue`` (``status = 'picked' AND heartbeat < NOW() -
   heartbeat_timeout``), inside the claim statement itself, i.e. in every ``claim_due``,
   with the heartbeat timeout the adapter deploys for all its workers (pgqueuer's docs ask
-  every worker to use the same value).
+  every worker to use the same value);
+- **one storage is one** ``QueueManager`` (one ``queue_manager_id``) and keeps what a
+  ``QueueManager`` keeps in process, its ``job_context``: the jobs it handed out and has
+  not reported. ``QueueManager.run`` skips a job its own dequeue re-picked while that job
+  is in its ``job_context`` ("A late heartbeat lets our own dequeue re-pick a job still
+  running here", core/qm.py), so ``claim_due`` does too: pgqueuer's dequeue has picked
+  the row again, and no claim is returned for it. ``_dispatch`` releases the job before
+  ``retry_job`` and ``forget_job`` once the run is over whatever its end, so
+  ``reschedule`` releases it before ``retry_job``, ``complete`` and ``dead_letter``
+  after ``log_jobs`` (raised or not), each only for the claim its token names (a newer
+  run of the job is kept, as ``forget_job`` keeps it). The skipped re-picks go into the
+  outcome's traceback (:mod:`rdq_pgqueuer.history` reads them as the run going on).
 
 **Lease model** ``reclaimer_threshold``: a claim lives until its row's ``heartbeat`` is
 older than the heartbeat timeout of the worker that dequeues next. The adapter deploys
@@ -74,9 +85,13 @@ autocommit) behind pgqueuer's ``PsycopgDriver``, driven by one asyncio loop in a
 thread per storage (:mod:`rdq_pgqueuer.bridge`); calls from several threads are served
 one at a time. ``search_path`` is the namespace (pgqueuer's objects are unqualified),
 ``application_name`` ``rdq:<namespace>`` (the kit cuts a namespace's sessions by it).
-A connection found closed, broken, or with unread input while idle (a termination
-notice) is replaced before the next call. In a forked child the parent's loop and
-connection are forgotten, never used nor closed.
+No connect timeout of the adapter's own: pgqueuer sets none (its ``ConnectionSettings``
+default ``connect_timeout=None``, ``PGQUEUER_CONNECT_TIMEOUT`` unset), so libpq waits as
+long as the DSN's ``connect_timeout`` or ``PGCONNECT_TIMEOUT`` says, by default for good.
+A connection a call found broken is replaced before the next call (the call itself
+fails: pgqueuer's ``PsycopgDriver`` runs each statement on the connection it was given
+and checks nothing first). In a forked child the parent's loop, connection and
+``job_context`` are forgotten, never used nor closed.
 
 **Errors.** psycopg errors and ``OSError`` become ``BackendUnavailable`` (the call may or
 may not have taken effect); nothing of psycopg or pgqueuer escapes.
@@ -89,10 +104,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -137,8 +152,6 @@ CLOCK_DESCRIPTION = (
     "postgres now() (pgqueuer's NOW() in its own statements: execute_after, heartbeat, "
     "the stale test)"
 )
-#: Seconds to wait for a connection unless the DSN says (``connect_timeout``).
-CONNECT_TIMEOUT_S = 5
 #: The header the adapter adds to a job: the rdq handler.
 HANDLER_HEADER = "rdq.handler"
 _MAYBE = "the call may or may not have taken effect"
@@ -263,6 +276,15 @@ SELECT current_setting('synchronous_commit'), current_setting('full_page_writes'
 """
 
 
+@dataclass
+class _Running:
+    """One entry of the storage's ``job_context``: the claim it handed out (its token) and
+    the picks its own dequeue made of the job meanwhile (µs), which it skipped."""
+
+    token: str
+    repicks: list[int] = field(default_factory=list)
+
+
 class PgqueuerStorage(Storage):
     """The SPI on pgqueuer in the PostgreSQL schema ``namespace`` of the server at ``dsn``
     (which may carry ``pgqueuer_heartbeat_timeout=<seconds>``, see :mod:`rdq_pgqueuer.dsn`)."""
@@ -285,6 +307,8 @@ class PgqueuerStorage(Storage):
         self._closed = False
         self._durability: tuple[bool, str] | None = None
         self._entrypoints: dict[str, dict[str, EntrypointExecutionParameter]] = {}
+        #: ``QueueManager.job_context``: job id -> the claim this storage runs it under.
+        self._job_context: dict[int, _Running] = {}
 
     # ---- the loop, the connection, errors ---------------------------------------------------
 
@@ -298,6 +322,7 @@ class PgqueuerStorage(Storage):
                 self._conn = None
                 self._queries = None
                 self._lock = None
+                self._job_context = {}
             if self._bridge is None or not self._bridge.alive:
                 self._bridge = LoopThread(f"rdq-pgqueuer-{self._namespace[-8:]}")
                 self._conn = None
@@ -334,7 +359,7 @@ class PgqueuerStorage(Storage):
 
     async def _connection(self, action: str) -> tuple[Queries, psycopg.AsyncConnection[Any]]:
         conn = self._conn
-        if conn is not None and (conn.closed or conn.broken or _has_input(conn)):
+        if conn is not None and (conn.closed or conn.broken):
             await self._forget()
             conn = None
         if conn is None or self._queries is None:
@@ -362,8 +387,6 @@ class PgqueuerStorage(Storage):
             "client_encoding": "utf8",
             "options": options,
         }
-        if "connect_timeout" not in given:
-            kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
         return kwargs
 
     async def _forget(self) -> None:
@@ -447,6 +470,12 @@ class PgqueuerStorage(Storage):
             by_job = {job_id: tid for tid, (_, job_ids, _) in loaded.items() for job_id in job_ids}
             claims = []
             for job in jobs:
+                running = self._job_context.get(job.id)
+                if running is not None:
+                    # QueueManager.run: "A late heartbeat lets our own dequeue re-pick a job
+                    # still running here." -- skipped, the run in hand goes on.
+                    running.repicks.append(micros_from_utc(_utc(job.updated)))
+                    continue
                 tid = by_job.get(job.id)
                 if tid is None:
                     continue  # a job no rdq producer enqueued (no dedupe key, not mapped)
@@ -458,10 +487,12 @@ class PgqueuerStorage(Storage):
                         _MAP_INSERT, (job.id, tid, decoded.task.queue, decoded.task.handler)
                     )
                 claimed_at = _utc(job.updated)
+                token = self._token(job.id, claimed_at)
+                self._job_context[job.id] = _Running(token)
                 claims.append(
                     trusted_claim(
                         decoded.task,
-                        self._token(job.id, claimed_at),
+                        token,
                         claimed_at,
                         _utc(job.heartbeat) + timeout,
                         decoded.reclaimed,
@@ -504,11 +535,25 @@ class PgqueuerStorage(Storage):
 
         return self._run("extend_lease", body)
 
+    def _running(self, job_id: int, token: str) -> _Running | None:
+        """The ``job_context`` entry of the claim ``token`` names, if this storage runs it."""
+        running = self._job_context.get(job_id)
+        return running if running is not None and running.token == token else None
+
+    def _release(self, job_id: int, running: _Running | None) -> None:
+        """``QueueManager.forget_job``: drop the entry if it is still the one of that run."""
+        if running is not None and self._job_context.get(job_id) is running:
+            del self._job_context[job_id]
+
     def _complete(self, task_id: str, token: str) -> None:
         async def body(q: Queries, conn: psycopg.AsyncConnection[Any]) -> None:
             job_id = await self._job_of(conn, task_id, token)
-            record = self._traceback(job_id, token, Outcome.SUCCESS, None)
-            await q.log_jobs([(_job(job_id), "successful", record)])
+            running = self._running(job_id, token)
+            try:
+                record = self._traceback(job_id, token, Outcome.SUCCESS, None, running)
+                await q.log_jobs([(_job(job_id), "successful", record)])
+            finally:
+                self._release(job_id, running)
 
         self._run("complete", body)
 
@@ -517,7 +562,10 @@ class PgqueuerStorage(Storage):
     ) -> None:
         async def body(q: Queries, conn: psycopg.AsyncConnection[Any]) -> None:
             job_id = await self._job_of(conn, task_id, token)
-            record = self._traceback(job_id, token, Outcome.RETRYABLE_FAILURE, error)
+            running = self._running(job_id, token)
+            # _dispatch: "Release before re-queueing, or our own dequeue skips the re-picked row."
+            self._release(job_id, running)
+            record = self._traceback(job_id, token, Outcome.RETRYABLE_FAILURE, error, running)
             await q.retry_job(_job(job_id), delay, record)
 
         self._run("reschedule", body)
@@ -527,20 +575,31 @@ class PgqueuerStorage(Storage):
     ) -> None:
         async def body(q: Queries, conn: psycopg.AsyncConnection[Any]) -> None:
             job_id = await self._job_of(conn, task_id, token)
-            record = self._traceback(job_id, token, outcome, error)
-            await q.log_jobs([(_job(job_id), "failed", record)])
+            running = self._running(job_id, token)
+            try:
+                record = self._traceback(job_id, token, outcome, error, running)
+                await q.log_jobs([(_job(job_id), "failed", record)])
+            finally:
+                self._release(job_id, running)
 
         self._run("dead_letter", body)
 
     def _traceback(
-        self, job_id: int, token: str, outcome: Outcome, error: ErrorInfo | None
+        self,
+        job_id: int,
+        token: str,
+        outcome: Outcome,
+        error: ErrorInfo | None,
+        running: _Running | None,
     ) -> TracebackRecord:
         """What pgqueuer's worker logs with a retry or a failure (``TracebackRecord``), from
         the rdq error; ``additional_context`` as the worker's (its ``queue_manager_id``),
-        plus the rdq outcome and the pick the token names."""
+        plus the rdq outcome, the pick the token names and the re-picks of the job this
+        storage skipped while it ran that pick."""
+        repicks = running.repicks if running is not None else ()
         context: dict[str, object] = {
             "queue_manager_id": str(self.queue_manager_id),
-            **traceback_context(outcome, error, int(token[16:], 16)),
+            **traceback_context(outcome, error, int(token[16:], 16), repicks),
         }
         return TracebackRecord(
             job_id=JobId(job_id),
@@ -792,16 +851,6 @@ def _job(job_id: int) -> Job:
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
-
-
-def _has_input(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Whether an idle connection's socket has something to read (a termination notice:
-    the connection is about to be found dead)."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
 
 
 def _text(exc: BaseException) -> str:

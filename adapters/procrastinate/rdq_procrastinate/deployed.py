@@ -233,6 +233,7 @@ class ProcrastinateSystem:
 
     def __init__(self) -> None:
         self._worker_dsn: str | None = None
+        self._schema = ""
         self._workdir: Path | None = None
         self._client: procrastinate.App | None = None
 
@@ -245,6 +246,7 @@ class ProcrastinateSystem:
             )
         self._settings(profile)
         schema = schema_name(namespace)
+        self._schema = schema
         self._worker_dsn = _conninfo(dsn, schema, default_application_name(schema))
         self._workdir = Path(workdir)
         run_to_completion(
@@ -264,11 +266,18 @@ class ProcrastinateSystem:
             self._client.close()
             self._client = None
 
-    def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
+        """``procrastinate worker`` of the probe's app; ``dsn``: the server as this worker
+        reaches it (default: the DSN bound)."""
         if self._worker_dsn is None:
             raise RuntimeError("call bind() before worker(): the worker needs the campaign's DSN")
         argv = [sys.executable, "-m", "procrastinate", f"--app={APP}", "worker", f"--name={name}"]
-        env = {PATH_ENV: probe_path, WORKER_ENV: name, DSN_ENV: self._worker_dsn}
+        conninfo = self._worker_dsn
+        if dsn:
+            conninfo = _conninfo(dsn, self._schema, default_application_name(self._schema))
+        env = {PATH_ENV: probe_path, WORKER_ENV: name, DSN_ENV: conninfo}
         for setting in self._settings(profile):
             if setting.name in _CLI:
                 argv.append(f"{_CLI[setting.name]}={setting.value}")

@@ -330,14 +330,17 @@ class RqSystem:
         if self._client is not None:
             self._client.close()
 
-    def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
         """``rq worker --with-scheduler [options] --url <dsn> <queue>``, as docs/docs/workers.md
         starts it. No ``--name``: rq names each worker itself, as the docs' supervisor and
         systemd setups leave it; a fixed name would be refused after a kill until the dead
         worker's key expires (``register_birth``, rq/worker/base.py#L954-L960). A DSN
         carrying a password goes in ``RQ_REDIS_URL`` (the option's environment variable,
-        rq/cli/helpers.py#L393), never in the argv."""
-        dsn = self._bound()[0]
+        rq/cli/helpers.py#L393), never in the argv. ``dsn``: the server as this worker
+        reaches it (default: the DSN bound)."""
+        dsn = dsn or self._bound()[0]
         changed = [s for s in self._profile(profile).settings if s.changed]
         options = [x for s in changed if s.name.startswith("--") for x in (s.name, s.value)]
         env = {PATH_ENV: probe_path, WORKER_ENV: name}

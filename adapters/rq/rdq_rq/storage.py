@@ -8,25 +8,28 @@ logic runs in-process, driven call by call the way rq's own work loop drives it.
    ``FinishedJobRegistry.remove``), and otherwise only the ``Worker`` / ``RQScheduler``
    methods rq's own ``Worker.work()`` loop calls (``dequeue_job_and_maintain_ttl``,
    ``prepare_execution``, ``prepare_job_execution``, ``maintain_heartbeats``,
-   ``_finalize_success``, ``handle_execution_ended``, ``handle_job_failure``, the
-   scheduler's ``acquire_locks`` / ``enqueue_scheduled_jobs`` / ``release_locks``). Reads
+   ``_finalize_success``, ``_finalize_failure``, the scheduler's ``acquire_locks`` /
+   ``register_birth`` / ``enqueue_scheduled_jobs`` / ``release_locks`` /
+   ``register_death``). Reads
    are plain Redis reads of rq's keys (``ZSCORE``, ``ZRANGE``, ``LLEN``, ``XRANGE``, ...)
    or rq's read-only calls (``Job.fetch``, ``Result.restore``), never a read rq turns into
    a write (``registry.get_job_ids()`` / ``count`` with their default ``cleanup=True``);
 2. the adapter **never checks a token or a status itself** and adds no lock, guard or
-   retry rq lacks: rq's only refusal on the outcome path is that the job no longer exists
-   (``NoSuchJobError``), which becomes ``StaleClaim``; whatever rq accepts is reported
-   accepted (rq's outcome calls take the ``Job`` and ``Execution`` objects they are handed
-   and check neither: that is what the kit's fencing tests measure);
+   retry rq lacks: rq's outcome calls take the ``Job`` and ``Execution`` objects they are
+   handed and check neither, and whatever rq accepts is reported accepted (that is what
+   the kit's fencing tests measure);
 3. a claim's **token is rq's execution id** (``Execution.id``, ``uuid4().hex``: 32
    lowercase hex digits, the id rq writes into ``rq:wip:<queue>`` as ``<job id>:<execution
-   id>`` and into every ``Result``). A report rebuilds what the reporting rq worker holds
-   in memory: its ``Execution`` (that id, the job id, the claim's start and worker name:
-   kept per storage for the claims it made, else read from ``rq:execution:<job>:<id>``
-   while rq keeps it) and the job, re-read with ``Job.fetch`` as rq's ``SpawnWorker`` horse
-   does, with the ``started_at`` and ``worker_name`` the claiming worker set on its copy
-   (``Job.prepare_for_execution``). So a stale holder presents exactly what a stale rq
-   worker would;
+   id>`` and into every ``Result``). A report is made with what the claiming rq worker
+   holds in memory, as rq's forked work horse reports: that ``Worker``, the ``Job`` object
+   its dequeue returned and ``prepare_job_execution`` prepared, its ``Queue`` and its
+   ``Execution`` -- never a fresh read of the job, so a job deleted meanwhile is written
+   again by the outcome, as rq's horse writes it (``Job.save`` in ``_handle_success``). The
+   horse's memory ends with its outcome: a later report with the same token, or a token
+   this storage never handed out (reports no rq worker makes), is made with what rq keeps
+   in Redis instead -- the job read with ``Job.fetch`` (rq's ``NoSuchJobError`` when it is
+   gone, which the SPI names ``StaleClaim``) and an ``Execution`` of that id with the
+   start and worker name ``rq:execution:<job>:<id>`` still holds;
 4. **stale-work recovery runs as a deployed worker runs it**: rq's maintenance
    (``Worker.run_maintenance_tasks`` -> ``clean_registries``: ``StartedJobRegistry.cleanup``
    re-enqueues an execution whose heartbeat TTL ran out, or fails it with
@@ -51,24 +54,27 @@ registry.py L310-315). One ``rq.Worker`` per (storage, thread, queue), listening
 one queue (so rq dequeues with ``LMOVE`` into its intermediate list), never forked:
 ``prepare_for_work=False`` so that rq does not rename the storage's connection
 (``CLIENT SETNAME``), with ``worker_ttl=16`` (rq raises the client's socket timeout to
-``worker_ttl - 15 + 10`` = 11 s: the adapter never blocks in ``BLMOVE``).
+``worker_ttl - 15 + 10`` = 11 s; the adapter never blocks in ``BLMOVE``).
 
 **SPI -> rq** (each hook's docstring says more):
 
 - ``enqueue``: ``Queue.enqueue_call`` (due now) or ``Queue.enqueue_in`` (a delay, a
   negative one too); a ``DuplicateJobError`` is ``False`` in the same queue,
   ``IdConflict`` in another;
-- ``claim_due``: the scheduler's burst step (``acquire_locks``, ``enqueue_scheduled_jobs``,
-  ``release_locks``, as ``Worker._start_scheduler(burst=True)`` runs it), then up to
-  ``limit`` times ``dequeue_job_and_maintain_ttl(None)`` (maintenance when due, then
-  ``LMOVE``), ``prepare_execution``, ``prepare_job_execution(remove_from_intermediate_queue=True)``;
+- ``claim_due``: the scheduler's burst step (``acquire_locks``, ``register_birth``,
+  ``enqueue_scheduled_jobs``, ``release_locks``, ``register_death``, as
+  ``Worker._start_scheduler(burst=True)`` runs it, on the calling thread's own
+  ``RQScheduler``), then up to ``limit`` times ``dequeue_job_and_maintain_ttl(None)``
+  (maintenance when due, then ``LMOVE``), ``prepare_execution``,
+  ``prepare_job_execution(remove_from_intermediate_queue=True)``;
 - ``extend_lease``: ``maintain_heartbeats`` (``ZADD XX`` of the execution in ``rq:wip``);
 - ``complete``: ``_finalize_success(job, queue, execution, None)`` (what ``perform_job``
   calls when the job returned);
 - ``reschedule``: ``_finalize_success`` with the job returning ``Retry(max=10**9,
   interval=ceil(delay))`` (docs/docs/results.md, "Asking RQ to Retry");
 - ``dead_letter``: ``job.retries_left = 0`` (the knob docs/docs/exceptions.md gives a
-  work-horse-killed handler), ``handle_execution_ended``, ``handle_job_failure``;
+  work-horse-killed handler), then ``_finalize_failure`` (what ``perform_job`` calls when
+  the job raised) with the error as the exception the job raised;
 - ``redrive``: ``FailedJobRegistry.requeue``; ``purge``: ``FailedJobRegistry.remove(
   delete_job=True)``; ``purge_succeeded``: ``FinishedJobRegistry.remove(delete_job=True)``;
 - ``get`` / ``dlq_list`` / ``stats``: reads of the job hash, its ``Result`` stream and
@@ -81,11 +87,18 @@ whole seconds -- for every registry score (a lease's end, a due time, a DLQ entr
 ``rq:wip`` score rq wrote, a whole second: up to 1 s short of ``claimed_at +
 fixed_lease``.
 
-**Errors.** A redis-py error is ``BackendUnavailable``; so is a redis-py error rq caught
-and only logged (``handle_job_failure`` logs a failed ``pipeline.execute()`` and carries
-on): the adapter listens to rq's ``rq.worker`` log for it during a report. rq's own
-reconnect loop in ``dequeue_job_and_maintain_ttl`` (sleep 1, 2, 4 ... 60 s and try again
-on a connection error) is rq's and stays: a claim waits for the server.
+**Errors.** A redis-py error that reaches the adapter is ``BackendUnavailable`` (the SPI
+lets no driver exception escape). An error rq catches and only logs stays rq's:
+``handle_job_failure`` logs a failed ``pipeline.execute()`` ("failed to persist failure of
+job ...") and carries on, and so does ``dead_letter``. rq's own reconnect loop in
+``dequeue_job_and_maintain_ttl`` (sleep 1, 2, 4 ... 60 s and try again on a connection
+error) is rq's and stays: a claim waits for the server.
+
+**Connection.** ``redis.Redis.from_url(url)``, as rq's CLI makes its connection
+(``get_redis_from_config`` / ``CliConfig.connection``, ``rq/cli/helpers.py``), named
+``rdq:<namespace>`` and otherwise left at redis-py's defaults: the adapter sets no retry,
+timeout or health check of its own. rq's ``Worker`` raises the socket timeout itself when
+it is built (``_set_connection``: ``worker_ttl - 15 + 10`` = 11 s here).
 
 **Storage half.** This module and what it builds on (``names``, ``dsn``, ``admin``)
 import only the standard library, :mod:`rdq_core`, rq and redis-py.
@@ -105,11 +118,10 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from types import TracebackType
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry as RedisRetry
 from rq import Queue, Retry, Worker
 from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
 from rq.executions import Execution, ExecutionRegistry
@@ -152,13 +164,9 @@ RETRY_MAX = 10**9
 FAILURE_TTL = 10 * 365 * 86_400
 #: ``worker_ttl`` of the adapter's workers (see the module docstring).
 WORKER_TTL = 16
-#: Seconds to wait for a TCP connection / for a reply (rq sets the same reply timeout
-#: itself from ``worker_ttl``).
-CONNECT_TIMEOUT_S = 5.0
-SOCKET_TIMEOUT_S = 11.0
 #: Where headers live in the job's ``meta``.
 HEADERS_META = "rdq_headers"
-#: How many claims a storage remembers (the reporting worker's in-memory Execution).
+#: How many claims a storage holds in memory (what each claiming worker's horse holds).
 HELD_CLAIMS = 65_536
 #: What rq's abandoned-job cleanup writes as the failure (registry.py L318-320).
 ABANDONED_PREFIX = "Moved to FailedJobRegistry, due to AbandonedJobError"
@@ -184,42 +192,14 @@ _TERMINAL_RESULTS = (
 
 @dataclass(frozen=True)
 class _Held:
-    """What the worker that made a claim keeps in memory about it."""
+    """What an rq worker holds in memory about a job it took, as its forked work horse
+    inherits it: the worker, the ``Job`` object of its dequeue (as ``prepare_job_execution``
+    left it), the queue and the execution."""
 
-    claimed_at: datetime
-    worker_name: str
-
-
-# ---- rq's swallowed errors -----------------------------------------------------------------
-
-
-class _LoggedErrors(logging.Handler):
-    """Collects, per thread and only while asked, the redis-py errors rq logs instead of
-    raising (``handle_job_failure``: "failed to persist failure of job ...")."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.ERROR)
-        self.local = threading.local()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        seen = getattr(self.local, "seen", None)
-        if seen is None or record.thread != threading.get_ident() or not record.exc_info:
-            return
-        exc = record.exc_info[1]
-        if isinstance(exc, redis.RedisError):
-            seen.append(exc)
-
-    @contextlib.contextmanager
-    def watch(self) -> Iterator[list[BaseException]]:
-        self.local.seen = seen = []
-        try:
-            yield seen
-        finally:
-            self.local.seen = None
-
-
-_LOGGED = _LoggedErrors()
-logging.getLogger("rq.worker").addHandler(_LOGGED)
+    worker: Worker
+    job: Job
+    queue: Queue
+    execution: Execution
 
 
 # ---- the storage ------------------------------------------------------------------------------
@@ -239,21 +219,14 @@ class RqStorage(Storage):
         self.names = Names(namespace)
         self.where = f"rq on redis {self.target.masked!r}"
         self.lease = timedelta(seconds=self.target.lease_s)
-        # One client (one pool) for everything this storage does; every connection is named
-        # ``rdq:<namespace>`` (the kit's cut_connections fault finds them by that name) and
-        # redis-py never resends a command on its own.
-        self._client = redis.Redis.from_url(
-            self.target.url,
-            client_name=f"rdq:{namespace}",
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            retry=RedisRetry(NoBackoff(), 0),
-            health_check_interval=0,
-        )
+        # One client (one pool) for everything this storage does, made as rq's CLI makes
+        # its own (module docstring, "Connection"); every connection is named
+        # ``rdq:<namespace>``: the kit's cut_connections fault finds them by that name.
+        self._client = redis.Redis.from_url(self.target.url, client_name=f"rdq:{namespace}")
         self._local = threading.local()
         self._lock = threading.Lock()
         self._workers: list[Worker] = []
-        self._schedulers: dict[str, tuple[RQScheduler, threading.Lock]] = {}
+        self._schedulers: list[RQScheduler] = []
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._capabilities: Capabilities | None = None
         self._closed = False
@@ -298,32 +271,41 @@ class RqStorage(Storage):
                 self._workers.append(worker)
         return worker
 
-    def _scheduler(self, rq_queue: str) -> tuple[RQScheduler, threading.Lock]:
-        with self._lock:
-            got = self._schedulers.get(rq_queue)
-            if got is None:
-                scheduler = RQScheduler(
-                    [rq_queue],
-                    connection=self._client,
-                    logging_level=logging.WARNING,
-                    name=self.names.scheduler(uuid.uuid4().hex),
-                )
-                got = self._schedulers[rq_queue] = (scheduler, threading.Lock())
-            return got
+    def _scheduler(self, rq_queue: str) -> RQScheduler:
+        """This thread's rq scheduler on ``rq_queue``: one per worker, as each rq worker
+        started ``--with-scheduler`` has its own (made on first use; it opens a connection
+        pool of its own, with the client's settings)."""
+        schedulers: dict[str, RQScheduler] | None = getattr(self._local, "schedulers", None)
+        if schedulers is None:
+            schedulers = self._local.schedulers = {}
+        scheduler = schedulers.get(rq_queue)
+        if scheduler is None:
+            scheduler = schedulers[rq_queue] = RQScheduler(
+                [rq_queue],
+                connection=self._client,
+                logging_level=logging.WARNING,
+                name=self.names.scheduler(uuid.uuid4().hex),
+            )
+            with self._lock:
+                self._schedulers.append(scheduler)
+        return scheduler
 
     def _promote(self, rq_queue: str) -> None:
-        """rq's scheduler, one burst pass (``Worker._start_scheduler(burst=True)``): take the
-        queue's scheduler lock if nobody holds it, move the due jobs of its
-        ScheduledJobRegistry to the queue, give the lock back. Whoever holds the lock
-        promotes; a holder that died keeps it for ``interval + 60`` = 61 s."""
-        scheduler, lock = self._scheduler(rq_queue)
-        with lock:
-            scheduler.acquire_locks()
-            if scheduler.acquired_locks:
-                try:
-                    scheduler.enqueue_scheduled_jobs()
-                finally:
-                    scheduler.release_locks()
+        """rq's scheduler, one burst pass, as ``Worker._start_scheduler(burst=True)`` runs it:
+        ``acquire_locks`` (the queue's lock in Redis, if nobody holds it); when taken,
+        ``register_birth``, ``enqueue_scheduled_jobs`` (the due jobs of the
+        ScheduledJobRegistry to the queue), then ``release_locks`` and ``register_death``.
+        Whoever holds the lock promotes, the others go on to dequeue; a holder that died
+        keeps it for ``interval + 60`` = 61 s."""
+        scheduler = self._scheduler(rq_queue)
+        scheduler.acquire_locks()
+        if scheduler.acquired_locks:
+            try:
+                scheduler.register_birth()
+                scheduler.enqueue_scheduled_jobs()
+            finally:
+                scheduler.release_locks()
+                scheduler.register_death()
 
     def _remember(self, token: str, held: _Held) -> None:
         with self._lock:
@@ -332,45 +314,44 @@ class RqStorage(Storage):
             while len(self._held) > HELD_CLAIMS:
                 self._held.popitem(last=False)
 
-    def _held_claim(self, job_id: str, token: str) -> _Held | None:
-        """What the reporting worker holds about this execution: this storage's memory of
-        its claim, else rq's execution hash while rq keeps it (its TTL is the lease)."""
+    def _forget(self, token: str) -> None:
+        """The horse that held ``token`` reported its outcome and exited."""
         with self._lock:
-            held = self._held.get(token)
-        if held is not None:
-            return held
-        record = self._client.hgetall(Execution(token, job_id, self._client).key)
-        created = record.get(b"created_at")
-        if not created:
-            return None
-        name = record.get(b"worker_name", b"").decode("utf-8", "replace")
-        return _Held(datetime.fromtimestamp(float(created), UTC), name)
+            self._held.pop(token, None)
 
     def _report(self, task_id: str, token: str) -> tuple[Worker, Job, Queue, Execution]:
-        """The worker, job, queue and execution a worker reporting on ``token`` holds."""
+        """The worker, job, queue and execution a report on ``token`` is made with: what the
+        claiming worker holds in memory (no read), else what rq keeps in Redis."""
         job_id = self.names.job_id(task_id)
+        with self._lock:
+            held = self._held.get(token)
+        if held is not None and held.job.id == job_id:
+            return held.worker, held.job, held.queue, held.execution
+        return self._kept(task_id, job_id, token)
+
+    def _kept(self, task_id: str, job_id: str, token: str) -> tuple[Worker, Job, Queue, Execution]:
+        """For a report no rq worker makes (module docstring, rule 3): the job as
+        ``Job.fetch`` reads it and an ``Execution`` of ``token``, with the start and worker
+        name of ``rq:execution:<job>:<token>`` while rq keeps that hash."""
         try:
             job = Job.fetch(job_id, connection=self._client)
         except NoSuchJobError:
             raise StaleClaim(
-                f"task {task_id!r}: rq has no job {job_id!r} (NoSuchJobError): no claim of it "
-                "is current"
+                f"task {task_id!r}: rq has no job {job_id!r} (NoSuchJobError from Job.fetch)"
             ) from None
         worker = self._worker(job.origin)
-        queue = worker.queues[0]
-        held = self._held_claim(job_id, token)
-        execution = Execution(
-            token, job_id, self._client, worker_name=held.worker_name if held else ""
-        )
-        if held is not None:
-            execution.created_at = held.claimed_at
-            # the claiming worker's copy of the job (Job.prepare_for_execution)
-            job.started_at = held.claimed_at
-            if held.worker_name:
-                job.worker_name = held.worker_name
+        record = self._client.hgetall(Execution(token, job_id, self._client).key)
+        name = record.get(b"worker_name", b"").decode("utf-8", "replace")
+        execution = Execution(token, job_id, self._client, worker_name=name)
+        created = record.get(b"created_at")
+        if created:
+            execution.created_at = datetime.fromtimestamp(float(created), UTC)
+            job.started_at = execution.created_at
+            if name:
+                job.worker_name = name
         elif job.started_at is None:
             job.started_at = execution.created_at
-        return worker, job, queue, execution
+        return worker, job, worker.queues[0], execution
 
     # ---- producer --------------------------------------------------------------------------
 
@@ -421,9 +402,11 @@ class RqStorage(Storage):
         first -- ``prepare_job_execution(remove_from_intermediate_queue=True)`` (status
         ``started``). ``lease`` is not rq's to take: every claim gets the worker's TTL.
         ``reclaimed`` is always False: rq's reclaim happened earlier, in maintenance, and
-        left no mark on the job."""
+        left no mark on the job. Each claim's task is the ``Job`` object the worker holds
+        (with its results and registry entries read): a job deleted meanwhile is still
+        handed out, as rq's horse still runs it."""
         rq_queue = self.names.queue(queue)
-        made: list[tuple[str, Execution, str]] = []
+        made: list[tuple[Job, Execution, str]] = []
         with self._errors("claim_due"):
             worker = self._worker(rq_queue)
             self._promote(rq_queue)
@@ -431,17 +414,14 @@ class RqStorage(Storage):
                 got = worker.dequeue_job_and_maintain_ttl(None)
                 if got is None:
                     break
-                job, _queue = got
+                job, rq_q = got
                 execution = worker.prepare_execution(job)
                 worker.prepare_job_execution(job, remove_from_intermediate_queue=True)
-                self._remember(execution.id, _Held(execution.created_at, worker.name))
-                made.append((job.id, execution, worker.queues[0].started_job_registry.key))
+                self._remember(execution.id, _Held(worker, job, rq_q, execution))
+                made.append((job, execution, rq_q.started_job_registry.key))
             claims = []
-            for job_id, execution, wip in made:
-                try:
-                    task = self._load(job_id)
-                except NotFound:  # purged meanwhile
-                    continue
+            for job, execution, wip in made:
+                task = self._task_of(job)
                 score = self._client.zscore(wip, execution.composite_key)
                 expires = (
                     _from_score(score)
@@ -469,6 +449,7 @@ class RqStorage(Storage):
         with self._errors("complete"):
             worker, job, queue, execution = self._report(task_id, token)
             worker._finalize_success(job, queue, execution, None)
+        self._forget(token)
 
     def _reschedule(
         self, task_id: str, token: str, delay: timedelta, error: ErrorInfo | None
@@ -482,34 +463,24 @@ class RqStorage(Storage):
         with self._errors("reschedule"):
             worker, job, queue, execution = self._report(task_id, token)
             worker._finalize_success(job, queue, execution, Retry(max=RETRY_MAX, interval=interval))
+        self._forget(token)
 
     def _dead_letter(
         self, task_id: str, token: str, error: ErrorInfo | None, outcome: Outcome
     ) -> None:
-        """What ``_finalize_failure`` does, with ``job.retries_left = 0`` first (else the
-        enqueue's Retry would re-enqueue it): ``handle_execution_ended``, then
-        ``handle_job_failure`` (status failed, FailedJobRegistry, a FAILED result whose
-        ``exc_string`` is ``"<type>: <message>"`` and the detail on the lines below).
-        ``outcome`` has no place in rq (a FAILED result is a FAILED result)."""
+        """``job.retries_left = 0`` (else the enqueue's Retry would re-enqueue it), then
+        ``Worker._finalize_failure`` with ``error`` as the exception the job raised
+        (:func:`_raised`): rq logs it (``handle_exception``), runs the job's failure callback
+        (none) and ``handle_job_failure`` (status failed, FailedJobRegistry, a FAILED result
+        whose ``exc_string`` is rq's formatting of that exception, ``"<type>: <message>"``
+        and the detail on the lines below). When rq fails to persist the failure it logs
+        that and carries on, and so does this call. ``outcome`` has no place in rq (a FAILED
+        result is a FAILED result)."""
         with self._errors("dead_letter"):
             worker, job, queue, execution = self._report(task_id, token)
             job.retries_left = 0
-            job._status = JobStatus.FAILED
-            worker.handle_execution_ended(job, queue, job.failure_callback_timeout)
-            with _LOGGED.watch() as logged:
-                worker.handle_job_failure(
-                    job=job,
-                    queue=queue,
-                    started_job_registry=queue.started_job_registry,
-                    exc_string=_encode_error(error),
-                    execution=execution,
-                )
-            if logged:
-                exc = logged[0]
-                raise BackendUnavailable(
-                    f"{self.where}: dead_letter: rq logged that it failed to persist the "
-                    f"failure ({type(exc).__name__}: {exc}); the outcome is unknown"
-                )
+            worker._finalize_failure(job, queue, execution, _raised(error))
+        self._forget(token)
 
     # ---- reading --------------------------------------------------------------------------------
 
@@ -773,8 +744,7 @@ class RqStorage(Storage):
                 return
             self._closed = True
             workers, self._workers = self._workers, []
-            schedulers = [s for s, _ in self._schedulers.values()]
-            self._schedulers = {}
+            schedulers, self._schedulers = self._schedulers, []
         for worker in workers:
             with contextlib.suppress(redis.RedisError):
                 worker.register_death()
@@ -796,17 +766,28 @@ def _from_score(score: float) -> datetime:
     return datetime.fromtimestamp(float(score), UTC)
 
 
-def _encode_error(error: ErrorInfo | None) -> str:
-    """An exc_string: ``"<type>: <message>"``, the detail on the lines below."""
-    if error is None:
-        return ""
-    text = f"{error.type}: {error.message}"
-    if error.detail is not None:
-        text += "\n" + error.detail
-    return text
+def _raised(
+    error: ErrorInfo | None,
+) -> tuple[type[BaseException], BaseException, TracebackType | None]:
+    """``error`` as the ``exc_info`` of an exception the job raised: an exception class
+    named ``error.type`` (module ``builtins``, so that rq's ``traceback.format_exception``
+    writes the bare name) whose text is the message, the detail on the lines below; rq
+    records it as ``"<type>: <message>\n<detail>\n"``. No error is an exception of an
+    empty name and text, which rq records as ``"\n"``."""
+    name = "" if error is None else error.type
+    text = ""
+    if error is not None:
+        text = error.message if error.detail is None else f"{error.message}\n{error.detail}"
+    kind = type(name, (Exception,), {"__module__": "builtins", "__qualname__": name})
+    return kind, kind(text), None
 
 
 def _decode_error(text: str | None) -> ErrorInfo | None:
+    """An ``exc_string`` as an error: the type before the first ``": "`` of the first
+    line, the message after it, the lines below as the detail; the one newline
+    ``traceback.format_exception`` ends its text with is not part of it."""
+    if text and text.endswith("\n"):
+        text = text[:-1]
     if not text:
         return None
     first, newline, rest = text.partition("\n")

@@ -77,18 +77,37 @@ class HostNetwork:
 
     def _cut(self, slots: Sequence[int], verdict: str) -> None:
         for link in self._links(slots):
-            if link.host.name in self._cuts or link.lost:
-                continue
-            address = link.host.server_address or link.host.address
-            rules = (
-                f"table inet {CUT_TABLE} {{\n"
-                f"  chain out {{ type filter hook output priority 0; "
-                f"ip daddr {address} tcp dport {self.port} {verdict}; }}\n"
-                f"  chain in {{ type filter hook input priority 0; "
-                f"ip saddr {address} tcp sport {self.port} {verdict}; }}\n"
-                "}\n"
-            )
-            self._cuts[link.host.name] = self.launcher.call(self._open(link, rules), 30.0)
+            self._cut_link(link, verdict)
+
+    def cut_host(self, name: str) -> bool:
+        """Cut host ``name`` off the server (every packet dropped both ways); whether a
+        cut was put in (not when the host is lost or cut already)."""
+        link = next((ln for ln in self.launcher.links if ln.host.name == name), None)
+        if link is None:
+            raise FleetError(f"no host {name!r} in the fleet")
+        return self._cut_link(link, "drop")
+
+    def heal_host(self, name: str) -> None:
+        """Take host ``name``'s cut out (nothing when it has none)."""
+        process = self._cuts.pop(name, None)
+        link = next((ln for ln in self.launcher.links if ln.host.name == name), None)
+        if process is not None and link is not None and not link.lost:
+            self.launcher.call(self._close(process), 30.0)
+
+    def _cut_link(self, link: HostLink, verdict: str) -> bool:
+        if link.host.name in self._cuts or link.lost:
+            return False
+        address = link.host.server_address or link.host.address
+        rules = (
+            f"table inet {CUT_TABLE} {{\n"
+            f"  chain out {{ type filter hook output priority 0; "
+            f"ip daddr {address} tcp dport {self.port} {verdict}; }}\n"
+            f"  chain in {{ type filter hook input priority 0; "
+            f"ip saddr {address} tcp sport {self.port} {verdict}; }}\n"
+            "}\n"
+        )
+        self._cuts[link.host.name] = self.launcher.call(self._open(link, rules), 30.0)
+        return True
 
     async def _open(self, link: HostLink, rules: str) -> asyncssh.SSHClientProcess[str]:
         command = (
@@ -108,9 +127,7 @@ class HostNetwork:
 
     def heal(self, slots: Sequence[int]) -> None:
         for link in self._links(slots):
-            process = self._cuts.pop(link.host.name, None)
-            if process is not None and not link.lost:
-                self.launcher.call(self._close(process), 30.0)
+            self.heal_host(link.host.name)
 
     async def _close(self, process: asyncssh.SSHClientProcess[str]) -> None:
         process.stdin.write_eof()
