@@ -132,12 +132,17 @@ def sweep_stale(pattern: re.Pattern[str] = _NAME_RE) -> list[str]:
         assert m is not None
         if Path(f"/proc/{m.group(1)}").exists():
             continue
-        for pid in run(["ip", "netns", "pids", name], check=False).split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
-        run(["ip", "netns", "delete", name], check=False)
+        delete_namespace(name)
         gone.append(name)
     return gone
+
+
+def delete_namespace(name: str) -> None:
+    """SIGKILL what runs in namespace ``name``, then delete it (no error if it is gone)."""
+    for pid in run(["ip", "netns", "pids", name], check=False).split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    run(["ip", "netns", "delete", name], check=False)
 
 
 def _setns(path: str) -> None:

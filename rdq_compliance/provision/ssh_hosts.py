@@ -10,10 +10,13 @@ a worker on another machine would. What a host shares with the machine: the file
 and the process table (a namespace isolates the network, nothing else), so the workers'
 interpreter and an SFTP upload are the machine's own paths.
 
-For owner process *P* (the one that calls :meth:`SshHosts.open`), host *i* (0-based) is:
+For owner process *P* (the one that calls :meth:`SshHosts.open`), host *i* (0-based;
+named ``h<i>``) takes a **slot** *s*, the lowest number no other open host of *P* holds
+(several :class:`SshHosts` may be open in one process at once: each host's names are
+unique in it), and is:
 
-- the namespace ``rdq-s<P>-<i>``, its ``lo`` up;
-- a veth pair: ``rdqs<P>m<i>`` in the machine's namespace, address ``10.198.<o>.1/30``;
+- the namespace ``rdq-s<P>-<s>``, its ``lo`` up;
+- a veth pair: ``rdqs<P>m<s>`` in the machine's namespace, address ``10.198.<o>.1/30``;
   its peer, created inside the namespace as ``eth0``, ``10.198.<o>.2/30``, where *o* is
   the host's **octet** (below). The namespace has no default route: the one network it
   reaches is its own /30;
@@ -44,8 +47,11 @@ reaper deletes every ``rdq-<P>-*`` namespace, so an owner holding a Topology and
 hosts at once would lose its hosts when the Topology closes). ``rdq-s<P>-`` is matched
 by neither that prefix nor :mod:`~rdq_compliance.provision.netns`'s name pattern.
 Interface names have at most 15 characters (``IFNAMSIZ`` is 16 with the NUL): ``rdqs``
-+ a pid (at most 7 digits: Linux's ``pid_max`` is at most 2**22) + ``m`` + a host
-index (at most 3 digits: at most :data:`MAX_HOSTS` hosts) is 15 at most.
++ a pid (at most 7 digits: Linux's ``pid_max`` is at most 2**22) + ``m`` + a slot (at
+most 3 digits: at most :data:`MAX_SLOTS` hosts open in one process) is 15 at most. A
+name of a slot just taken that exists already was left by an earlier process with the
+same pid (pids are reused; ``/run/netns`` outlives an owner whose reaper never ran): it
+is deleted, and what runs in it killed, before the host is made.
 
 **Octets.** The machine-side addresses all live in the machine's one namespace, so two
 owners at once (two pytest-xdist workers) must not pick the same /30. Each host gets a
@@ -61,8 +67,9 @@ can go stale.
 
 **Clean-up.** Before anything is made, the kit's namespace reaper is started with the
 prefix ``rdq-s<P>-`` (:func:`~rdq_compliance.provision.reaper_pipe.start_reaper`, as
-:mod:`~rdq_compliance.provision.netns` does): when the owner dies, SIGKILL included, it
-deletes the namespaces. The sshds, which live in them (and keep a namespace, and so its
+:mod:`~rdq_compliance.provision.netns` does; one per process, shared by its open
+:class:`SshHosts` and released when the last one closes): when the owner dies, SIGKILL
+included, it deletes the namespaces. The sshds, which live in them (and keep a namespace, and so its
 veth pair, alive while they run), die by their ManagedProcess watchdogs, with every
 process started over SSH (the watchdog kills the whole tree). The relays are threads of
 the owner and die with it. :meth:`SshHosts.close` does all of that at once; it deletes
@@ -126,6 +133,8 @@ HOST_LINK = "eth0"
 NETWORK = ipaddress.IPv4Network("10.198.0.0/16")
 #: One /24 of :data:`NETWORK` per host, on the whole machine.
 MAX_HOSTS = 256
+#: At most this many hosts open in one process at once (a slot has at most 3 digits).
+MAX_SLOTS = 1000
 SSH_PORT = 22
 USER = "root"
 #: Where sshd looks for its privilege separation directory (it refuses to start without).
@@ -313,7 +322,7 @@ class _Host:
 
 def _link_name(owner: int, index: int) -> str:
     name = f"{LINK_PREFIX}{owner}m{index}"
-    if len(name) > IFNAME_MAX:  # pid_max <= 2**22 and index < 256 keep it at 15
+    if len(name) > IFNAME_MAX:  # pid_max <= 2**22 and a slot < MAX_SLOTS keep it at 15
         raise SshHostsError(f"interface name {name!r} is longer than {IFNAME_MAX} characters")
     return name
 
@@ -415,6 +424,49 @@ def _guard_rules(host: HostInfo, ports: Sequence[int]) -> str:
 # ---- the hosts ---------------------------------------------------------------------------
 
 
+class _ProcessShare:
+    """What the open :class:`SshHosts` of this process share: the slots their hosts hold
+    and the one namespace reaper (prefix ``rdq-s<P>-``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.slots: set[int] = set()
+        self.reaper: ReaperPipe | None = None
+        self.users = 0
+
+    def take(self, count: int, prefix: str) -> list[int]:
+        """``count`` free slots, the reaper started for the first user."""
+        with self.lock:
+            free = [s for s in range(MAX_SLOTS) if s not in self.slots][:count]
+            if len(free) < count:
+                raise SshHostsError(
+                    f"{len(self.slots)} SSH hosts are open in this process; {count} more "
+                    f"would pass {MAX_SLOTS}: close some first"
+                )
+            if self.users == 0:
+                try:
+                    self.reaper = start_reaper(
+                        REAPER_SCRIPT, {"prefix": prefix}, what="SSH hosts' namespace reaper"
+                    )
+                except ReaperNotReady as exc:
+                    raise SshHostsError(str(exc)) from None
+            self.users += 1
+            self.slots.update(free)
+            return free
+
+    def give_back(self, slots: Sequence[int]) -> None:
+        """Free ``slots``; the last user releases the reaper (it deletes what is left)."""
+        with self.lock:
+            self.slots.difference_update(slots)
+            self.users -= 1
+            if self.users == 0 and self.reaper is not None:
+                self.reaper.release()
+                self.reaper = None
+
+
+_SHARE = _ProcessShare()
+
+
 class SshHosts:
     """``count`` SSH test hosts of this process, with ``relays`` to servers of the machine.
 
@@ -448,7 +500,7 @@ class SshHosts:
         self._namespaces: list[str] = []
         self._links: list[str] = []
         self._forwarders: list[Forwarder] = []
-        self._reaper: ReaperPipe | None = None
+        self._slots: list[int] | None = None  # taken from the process's share while open
         self._opened = False
 
     @property
@@ -475,12 +527,7 @@ class SshHosts:
             raise SshHostsError(why)
         self._opened = True
         self.workdir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._reaper = start_reaper(
-                REAPER_SCRIPT, {"prefix": self.prefix}, what="SSH hosts' namespace reaper"
-            )
-        except ReaperNotReady as exc:
-            raise SshHostsError(str(exc)) from None
+        self._slots = _SHARE.take(self.count, self.prefix)
         try:
             self._build()
         except BaseException:
@@ -494,8 +541,9 @@ class SshHosts:
         PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
         with _allocation_lock():
             octets = _free_octets(self.count)
-            for index, octet in enumerate(octets):
-                self._hosts.append(self._make_link(index, octet))
+            assert self._slots is not None
+            for index, (slot, octet) in enumerate(zip(self._slots, octets, strict=True)):
+                self._hosts.append(self._make_link(index, slot, octet))
         self.hosts = [h.info for h in self._hosts]
         ports = [p for _, p in self.relays]
         known = []
@@ -527,11 +575,15 @@ class SshHosts:
                 what=f"sshd of {host.info.name} ({host.info.address}:{host.info.port})",
             )
 
-    def _make_link(self, index: int, octet: int) -> _Host:
-        """Host ``index``'s namespace and veth pair on ``10.198.<octet>.0/30`` (under the
-        allocation lock: the machine-side address is what claims the octet)."""
-        namespace = f"{self.prefix}{index}"
-        link = _link_name(self.owner, index)
+    def _make_link(self, index: int, slot: int, octet: int) -> _Host:
+        """Host ``index``'s namespace and veth pair, named by its ``slot``, on
+        ``10.198.<octet>.0/30`` (under the allocation lock: the machine-side address is
+        what claims the octet)."""
+        namespace = f"{self.prefix}{slot}"
+        link = _link_name(self.owner, slot)
+        if Path(f"/run/netns/{namespace}").exists():  # an earlier holder of this pid's
+            netns.delete_namespace(namespace)
+        _run(["ip", "link", "delete", link], check=False)
         subnet = NETWORK.network_address + (octet << 8)
         name = f"h{index}"
         info = HostInfo(
@@ -637,9 +689,9 @@ class SshHosts:
             if Path(f"/run/netns/{name}").exists():
                 _run(["ip", "netns", "delete", name], check=False)
         self._namespaces.clear()
-        if self._reaper is not None:
-            self._reaper.release()  # it deletes whatever of ours is left
-            self._reaper = None
+        if self._slots is not None:
+            _SHARE.give_back(self._slots)  # the last one's reaper deletes what is left
+            self._slots = None
 
     def __enter__(self) -> SshHosts:
         return self.open()

@@ -328,3 +328,43 @@ def test_sweep_removes_the_namespaces_of_dead_owners(tmp_path):
         assert mine not in ssh_hosts.sweep_stale()
     finally:
         subprocess.run(["ip", "netns", "delete", mine], check=True)
+
+
+def test_names_an_earlier_process_with_this_pid_left_are_replaced(tmp_path):
+    """A pid is reused, and ``/run/netns`` outlives an owner whose reaper never ran: the
+    namespace a new owner's host would get may exist already. It is the earlier holder's,
+    so the new owner deletes it before it builds the host."""
+    _needs_hosts()
+    held = {int(name.rsplit("-", 1)[1]) for name in ssh_hosts.namespaces(os.getpid())}
+    slot = min(set(range(ssh_hosts.MAX_SLOTS)) - held)
+    left = f"rdq-s{os.getpid()}-{slot}"
+    subprocess.run(["ip", "netns", "add", left], check=True)
+    try:
+        with SshHosts(1, tmp_path) as hosts:
+            assert hosts.hosts[0].namespace == left
+            assert port_open(22, hosts.hosts[0].address)
+    finally:
+        subprocess.run(["ip", "netns", "delete", left], capture_output=True)
+    assert _leftovers(os.getpid(), tmp_path) == []
+
+
+def test_two_sets_of_hosts_open_in_one_process_at_once(tmp_path):
+    """Each host's names are unique in the process (its slot), so a second set opened
+    beside a first one gets hosts of its own, and closing it leaves the first one's
+    hosts up."""
+    _needs_hosts()
+    with SshHosts(2, tmp_path / "a") as first:
+        with SshHosts(2, tmp_path / "b") as second:
+            names = [h.namespace for h in first.hosts + second.hosts]
+            assert len(set(names)) == 4 and [h.name for h in second.hosts] == ["h0", "h1"]
+            assert all(port_open(22, h.address) for h in first.hosts + second.hosts)
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        ours = f"rdqs{os.getpid()}m"
+        mine = sorted(w.split("@")[0].rstrip(":") for w in links.split() if w.startswith(ours))
+        assert sorted(ssh_hosts.namespaces(os.getpid())) == sorted(
+            h.namespace for h in first.hosts
+        )
+        assert mine == sorted(h.link for h in first._hosts)
+        assert not [x for x in _leftovers(os.getpid(), tmp_path / "b") if "sshd" in x]
+        assert all(port_open(22, h.address) for h in first.hosts)
+    assert _leftovers(os.getpid(), tmp_path / "a") == []
