@@ -1,0 +1,143 @@
+"""Deployed campaigns in a row: how many stay clean, what each cost, how long a killed
+worker's job waited.
+
+Runs ``rdq-chaos deployed run SYSTEM --campaigns N`` once (the kit's own command, its
+exit status recorded), then reads every campaign's ``results.json`` and prints, per
+campaign: its seed, wall time, the faults done against those planned (by kind), the jobs
+accepted, the findings, known-upstream findings and gaps, how the drain ended, and the
+**recovery** of each job a SIGKILL interrupted: seconds from the kill to the job's next
+execution on any worker (the system's ``recovery_after`` is its declared bound). Then
+the totals, and for campaigns with findings the seconds from the fault window's opening
+to the first finding's first execution (time to first violation).
+
+    python benchmarks/deployed_campaigns.py rdq-core-sqlite --campaigns 20 --seed 1
+    python benchmarks/deployed_campaigns.py rdq-core-postgres --campaigns 20 --seed 1 \\
+        --dsn postgresql://postgres@127.0.0.1:5432/test
+
+(``--profile`` defaults to ``defaults``, ``--scenario`` to ``standard``.)
+
+Exit status: the command's (0 when no campaign has an uncovered finding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+
+def _recoveries(result: dict[str, Any]) -> list[float]:
+    """Seconds from each kill to the next execution of every job it interrupted."""
+    runs = result["executions"]
+    out = []
+    for fault in result["faults_done"]:
+        if fault["kind"] != "kill":
+            continue
+        at = fault["start"]
+        for x in runs:
+            if x["worker"] not in fault["targets"] or x["started"] > at:
+                continue
+            if x["ended"] is not None and x["ended"] <= at:
+                continue
+            later = [y["started"] for y in runs if y["job"] == x["job"] and y["started"] > at]
+            if later:
+                out.append(min(later) - at)
+    return out
+
+
+def _first_finding(result: dict[str, Any]) -> float | None:
+    starts = [
+        x["started"]
+        for v in result["verdicts"]
+        if v["kind"] == "finding"
+        for x in v["executions"]
+    ]
+    return min(starts) if starts else None
+
+
+def _row(folder: Path, result: dict[str, Any]) -> dict[str, Any]:
+    planned = Counter(f["kind"] for f in result["plan"].get("faults", []))
+    done = Counter(f["kind"] for f in result["faults_done"])
+    verdicts = result["counts"]["verdicts"]
+    return {
+        "campaign": folder.name,
+        "seconds": result["timings"].get("total"),
+        "faults": {k: f"{done.get(k, 0)}/{n}" for k, n in sorted(planned.items())},
+        "fault_errors": len(result["fault_errors"]),
+        "accepted": len(result["accepted"]),
+        "findings": verdicts["findings"],
+        "known_upstream": verdicts["known upstream"],
+        "gaps": verdicts["gaps"],
+        "drain": result["drain"]["ended_by"],
+        "recoveries": [round(r, 1) for r in _recoveries(result)],
+        "first_finding": _first_finding(result),
+        "recovery_after": result["profile"]["recovery_after"],
+        "error": result["error"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("system")
+    parser.add_argument("--profile", default="defaults")
+    parser.add_argument("--scenario", default="standard")
+    parser.add_argument("--campaigns", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dsn")
+    parser.add_argument("--out", type=Path, help="report folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"rdq-deployed-{args.system}-"))
+    command = [
+        str(Path(sys.executable).parent / "rdq-chaos"), "deployed", "run", args.system,
+        "--profile", args.profile, "--scenario", args.scenario,
+        "--campaigns", str(args.campaigns), "--seed", str(args.seed), "--out", str(out),
+        *(["--dsn", args.dsn] if args.dsn else []),
+    ]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.monotonic() - started
+    rows = []
+    for path in sorted(out.glob("*/results.json"), key=lambda p: p.stat().st_mtime):
+        rows.append(_row(path.parent, json.loads(path.read_text())))
+    print(f"rdq-chaos deployed run {args.system} --profile {args.profile} --scenario "
+          f"{args.scenario} --campaigns {args.campaigns} --seed {args.seed}: exit "
+          f"{proc.returncode}, {wall:.0f} s; reports in {out}")  # fmt: skip
+    if proc.returncode not in (0, 1):
+        print(proc.stdout[-3000:])
+    for r in rows:
+        print(json.dumps(r))
+    if not rows:
+        print("no campaign wrote a results.json")
+        return proc.returncode or 1
+    recov = [x for r in rows for x in r["recoveries"]]
+    seconds = [r["seconds"] for r in rows if r["seconds"] is not None]
+    clean = sum(1 for r in rows if r["findings"] == 0 and r["error"] is None)
+    print(f"campaigns: {len(rows)}; without an uncovered finding or an error: {clean}; "
+          f"findings {sum(r['findings'] for r in rows)}, known upstream "
+          f"{sum(r['known_upstream'] for r in rows)}, gaps {sum(r['gaps'] for r in rows)}; "
+          f"fault errors {sum(r['fault_errors'] for r in rows)}")  # fmt: skip
+    if seconds:
+        print(f"seconds per campaign: min {min(seconds):.0f}, median "
+              f"{statistics.median(seconds):.0f}, max {max(seconds):.0f}")  # fmt: skip
+    if recov:
+        bound = rows[0]["recovery_after"]
+        print(f"recovery after a kill ({len(recov)} jobs; declared bound {bound} s): min "
+              f"{min(recov):.1f}, median {statistics.median(recov):.1f}, max {max(recov):.1f}; "
+              f"over the bound: {sum(1 for x in recov if x > bound)}")  # fmt: skip
+    firsts = [r["first_finding"] for r in rows if r["first_finding"] is not None]
+    if firsts:
+        print(f"time to first finding (s after the window opened), {len(firsts)} campaigns: "
+              f"min {min(firsts):.1f}, median {statistics.median(firsts):.1f}, "
+              f"max {max(firsts):.1f}")  # fmt: skip
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
