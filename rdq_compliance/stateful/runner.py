@@ -217,7 +217,8 @@ def _unreplayable(
     ``None``. The failure stands: a backend that breaks a rule only sometimes breaks it."""
     if violation is None or not isinstance(exc, Flaky):
         return None
-    why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    # hypothesis's first line, then its detail, if any (which draw or result changed)
+    why = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
     return StatefulViolation(
         violation.rule,
         f"{violation.detail}\n(the program that broke it did not replay the same way, so it "
