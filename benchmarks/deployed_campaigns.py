@@ -32,6 +32,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _figures import LoadWatch, command, header, history_rows
+
 
 def _recoveries(result: dict[str, Any]) -> list[float]:
     """Seconds from each kill to the next execution of every job it interrupted."""
@@ -94,14 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="report folder (default: a temporary one)")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"rdq-deployed-{args.system}-"))
-    command = [
+    run = [
         str(Path(sys.executable).parent / "rdq-chaos"), "deployed", "run", args.system,
         "--profile", args.profile, "--scenario", args.scenario,
         "--campaigns", str(args.campaigns), "--seed", str(args.seed), "--out", str(out),
         *(["--dsn", args.dsn] if args.dsn else []),
     ]  # fmt: skip
+    print(header(), flush=True)
     started = time.monotonic()
-    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with LoadWatch() as watch:
+        proc = subprocess.run(
+            run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     wall = time.monotonic() - started
     rows = []
     for path in sorted(out.glob("*/results.json"), key=lambda p: p.stat().st_mtime):
@@ -136,6 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"time to first finding (s after the window opened), {len(firsts)} campaigns: "
               f"min {min(firsts):.1f}, median {statistics.median(firsts):.1f}, "
               f"max {max(firsts):.1f}")  # fmt: skip
+    figure = (
+        f"{args.system} `{args.profile}`, `{args.scenario}`, seeds {args.seed}-"
+        f"{args.seed + len(rows) - 1}: {clean} of {len(rows)} campaigns without a finding; "
+        f"{sum(r['gaps'] for r in rows)} gaps; {wall:.0f} s"
+        + (f"; recovery after a kill median {statistics.median(recov):.1f} s, max "
+           f"{max(recov):.1f} s ({len(recov)} jobs)" if recov else "")
+    )  # fmt: skip
+    print(history_rows([(figure, watch.span, command())]))
     return proc.returncode
 
 
