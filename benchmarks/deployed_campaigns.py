@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--campaigns", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dsn")
+    parser.add_argument("--fleet", help="a hosts file: the workers on those SSH hosts")
     parser.add_argument("--out", type=Path, help="report folder (default: a temporary one)")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"rdq-deployed-{args.system}-"))
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", args.profile, "--scenario", args.scenario,
         "--campaigns", str(args.campaigns), "--seed", str(args.seed), "--out", str(out),
         *(["--dsn", args.dsn] if args.dsn else []),
+        *(["--fleet", args.fleet] if args.fleet else []),
     ]  # fmt: skip
     print(header(), flush=True)
     started = time.monotonic()
