@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     wall = time.monotonic() - started
     rows = []
-    for path in sorted(out.glob("*/results.json"), key=lambda p: p.stat().st_mtime):
+    # one campaign writes its report into the folder itself, several into seed<N>/
+    found = [*out.glob("results.json"), *out.glob("*/results.json")]
+    for path in sorted(found, key=lambda p: p.stat().st_mtime):
         rows.append(_row(path.parent, json.loads(path.read_text())))
     print(f"rdq-chaos deployed run {args.system} --profile {args.profile} --scenario "
           f"{args.scenario} --campaigns {args.campaigns} --seed {args.seed}: exit "
