@@ -8,7 +8,19 @@
 - :func:`reclaim_ignores_lease_known`: the same, its double runs declared known upstream.
 - :func:`reclaim_ignores_lease_postgres`: the same bug on PostgreSQL
   (``tests.deployed.broken_postgres:reclaim_ignores_lease``), for workers on other hosts.
-- :func:`never_starts`: workers that exit before they run anything."""
+- :func:`never_starts`: workers that exit before they run anything.
+
+One for each other deployed rule, on a backend of :mod:`tests.deployed.broken_sqlite`
+(workers need the checkout root on ``PYTHONPATH`` too):
+
+- :func:`dead_letter_deletes`: ``tests.broken.sqlite:dead_letter_deletes``, a job failed
+  for good is deleted (``lost``);
+- :func:`hands_out_succeeded_tasks`: a SUCCEEDED task is handed out again (``ran-after-done``);
+- :func:`expired_leases_never_reclaimed`: a killed worker's task is never reclaimed
+  (``stuck``);
+- :func:`reclaim_by_age_keeps_token`: a live lease is taken and its holder's outcome still
+  counts (``superseded-outcome``), run by :class:`CooperativeSystem`, whose handler stops
+  when its lease is lost; :func:`cooperative` is that system on the unbroken backend."""
 
 from __future__ import annotations
 
@@ -67,6 +79,49 @@ succeed = 1
 
 def never_starts() -> CoreSystem:
     return NeverStarts("sqlite")
+
+
+def dead_letter_deletes() -> CoreSystem:
+    return CoreSystem("tests.broken.sqlite:dead_letter_deletes")
+
+
+def hands_out_succeeded_tasks() -> CoreSystem:
+    return CoreSystem("tests.deployed.broken_sqlite:hands_out_succeeded_tasks")
+
+
+def expired_leases_never_reclaimed() -> CoreSystem:
+    return CoreSystem("tests.deployed.broken_sqlite:expired_leases_never_reclaimed")
+
+
+#: The module :class:`CooperativeSystem`'s workers run.
+COOPERATIVE_WORKER = "tests.deployed.cooperative_worker"
+
+
+class CooperativeSystem(CoreSystem):
+    """The control whose workers run :mod:`tests.deployed.cooperative_worker`: a ``succeed``
+    or ``sleep`` job stops (journaled ``failed``) once rdq finds its lease lost."""
+
+    def __init__(self, backend: str) -> None:
+        super().__init__(backend)
+        self.name += " (handler stops when its lease is lost)"
+
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
+        launch = super().worker(name, profile, probe_path, dsn)
+        argv = tuple(
+            COOPERATIVE_WORKER if a == "rdq_compliance.deployed.core_worker" else a
+            for a in launch.argv
+        )
+        return WorkerLaunch(argv, launch.env)
+
+
+def reclaim_by_age_keeps_token() -> CoreSystem:
+    return CooperativeSystem("tests.deployed.broken_sqlite:reclaim_by_age_keeps_token")
+
+
+def cooperative() -> CoreSystem:
+    return CooperativeSystem("sqlite")
 
 
 #: An issue that tracks the broken claim's double runs, as a library's tracker would.
