@@ -323,7 +323,7 @@ def run_campaign(
     except ScenarioError as exc:
         raise CampaignError(str(exc)) from None
     stop = stop or threading.Event()
-    out = Path(out)
+    out = Path(out).absolute()  # the workers may run in folders of their own
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     with (

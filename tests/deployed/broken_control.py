@@ -137,3 +137,18 @@ def reclaim_ignores_lease_known() -> CoreSystem:
     system = reclaim_ignores_lease()
     system.known_upstream = (KNOWN_DOUBLE_RUN,)  # type: ignore[attr-defined]
     return system
+
+
+class RunsElsewhere(CoreSystem):
+    """The control whose workers run in another folder (``/``), as a library's own CLI may
+    (procrastinate's does): the probe's path must not depend on the harness's folder."""
+
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
+        launch = super().worker(name, profile, probe_path, dsn)
+        return WorkerLaunch(launch.argv, launch.env, cwd="/")
+
+
+def runs_elsewhere() -> CoreSystem:
+    return RunsElsewhere("sqlite")

@@ -144,3 +144,19 @@ def test_a_worker_that_never_starts_exits_2_naming_it(
     data = json.loads((out / "results.json").read_text())
     assert data["error"].startswith("worker w1 never ran a job")
     assert {e["cause"] for e in data["workers"]["exits"]} >= {"on its own"}
+
+
+def test_a_relative_report_folder_reaches_workers_that_run_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--out report``, relative, with workers started in another folder: the probe's
+    path they are given is absolute, so the job's run is journaled where the report is
+    (a relative one made every job of such a system fail unjournaled, exit 0)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "one-job.toml").write_text(ONE_JOB)
+    system = "tests.deployed.broken_control:runs_elsewhere"
+    argv = ["deployed", "run", system, "--scenario", "one-job.toml", "--seed", "1"]
+    assert main([*argv, "--out", "report"]) == 0
+    data = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert [x["outcome"] for x in data["executions"]] == ["succeeded"]
+    assert list((tmp_path / "report" / "probe").glob("w1.*.jsonl"))
