@@ -16,6 +16,8 @@ One for each other deployed rule, on a backend of :mod:`tests.deployed.broken_sq
 - :func:`dead_letter_deletes`: ``tests.broken.sqlite:dead_letter_deletes``, a job failed
   for good is deleted (``lost``);
 - :func:`hands_out_succeeded_tasks`: a SUCCEEDED task is handed out again (``ran-after-done``);
+- :func:`reruns_succeeded_tasks`: a SUCCEEDED task is claimed and run again, each rerun
+  recorded, until its attempts are used up (``ran-after-done``);
 - :func:`expired_leases_never_reclaimed`: a killed worker's task is never reclaimed
   (``stuck``);
 - :func:`reclaim_by_age_keeps_token`: a live lease is taken and its holder's outcome still
@@ -87,6 +89,10 @@ def dead_letter_deletes() -> CoreSystem:
 
 def hands_out_succeeded_tasks() -> CoreSystem:
     return CoreSystem("tests.deployed.broken_sqlite:hands_out_succeeded_tasks")
+
+
+def reruns_succeeded_tasks() -> CoreSystem:
+    return CoreSystem("tests.deployed.broken_sqlite:reruns_succeeded_tasks")
 
 
 def expired_leases_never_reclaimed() -> CoreSystem:
