@@ -21,7 +21,10 @@ LOST = Rule(
 )
 RAN_AFTER_DONE = Rule(
     id="ran-after-done",
-    text="a job recorded finished, failed for good or held never runs again",
+    text=(
+        "a job never runs again once it was recorded finished, failed for good or held, or "
+        "once a run of it succeeded or was held"
+    ),
 )
 HANDED_OUT_WHILE_HELD = Rule(
     id="handed-out-while-held",

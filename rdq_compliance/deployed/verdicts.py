@@ -316,10 +316,28 @@ def _done_by(acc: Accepted | None, runs: list[_Run], final: JobState) -> _Run | 
     return failures[-1]
 
 
+#: What the handler did, in words, for each probe outcome that makes its job done.
+_DID = {"succeeded": "its handler returned", "held": "its handler asked to hold the job"}
+
+
+def _first_done(runs: list[_Run]) -> _Run | None:
+    """The execution that ended first with an outcome that makes its job done
+    (``succeeded`` or ``held``), whatever the final state says."""
+    ended = [r for r in runs if r.end is not None and r.x.outcome in _DID]
+    return min(ended, key=lambda r: (r.until, r.x.exec), default=None)
+
+
 def _ran_after_done(
     j: _Judge, job: str, acc: Accepted | None, runs: list[_Run], final: JobState
 ) -> None:
-    done = _done_by(acc, runs, final)
+    """Runs that start after the job was done: after the end of the execution the final
+    state confirms (:func:`_done_by`), or of the first one that succeeded or was held
+    (:func:`_first_done`) when that one ended earlier."""
+    confirmed = _done_by(acc, runs, final)
+    first = _first_done(runs)
+    done = confirmed
+    if first is not None and (confirmed is None or first.until < confirmed.until):
+        done = first
     if done is None or done.end is None:
         return
     later = [r for r in runs if r is not done and r.start > done.end + j.u]
@@ -327,10 +345,17 @@ def _ran_after_done(
         return
     ws = {done.x.worker, *(r.x.worker for r in later)}
     faults = j.causes(ws, done.start, max(r.start for r in later))
+    if done is confirmed:
+        what = f"recorded {final.state} ({final.words!r}) by {done.describe()}"
+    else:
+        assert done.x.outcome is not None
+        what = (
+            f"{done.describe()} ({_DID[done.x.outcome]}; final state {final.state} "
+            f"({final.words!r}))"
+        )
     j.report(
         RAN_AFTER_DONE, job, [done, *later], faults,
-        f"recorded {final.state} ({final.words!r}) by {done.describe()}, then ran again: "
-        f"{_runs_list(later)}",
+        f"{what}, then ran again: {_runs_list(later)}",
     )  # fmt: skip
 
 

@@ -14,6 +14,8 @@ attribute                           bug class                 what breaks
 ==================================  ========================  ================================
 ``hands_out_succeeded_tasks``       ``unclaimable-claimed``   a SUCCEEDED task is handed out
                                                               again, its record kept
+``reruns_succeeded_tasks``          ``unclaimable-claimed``   a SUCCEEDED task is claimed and
+                                                              run again, each rerun recorded
 ``expired_leases_never_reclaimed``  ``lost-task``             a killed worker's task stays
                                                               IN_FLIGHT for ever
 ``reclaim_by_age_keeps_token``      ``live-lease-stolen``,    a live lease is taken, and its
@@ -37,9 +39,11 @@ __all__ = [
     "ExpiredLeasesNeverReclaimed",
     "HandsOutSucceededTasks",
     "ReclaimByAgeKeepsToken",
+    "RerunsSucceededTasks",
     "expired_leases_never_reclaimed",
     "hands_out_succeeded_tasks",
     "reclaim_by_age_keeps_token",
+    "reruns_succeeded_tasks",
 ]
 
 _Row = tuple[int, str, str, "int | None"]
@@ -81,6 +85,21 @@ class HandsOutSucceededTasks(SplitClaim):
             for task in self._tasks(conn, rows):  # returned as read, never written
                 claims[task.id] = Claim(task, new_token(), at, end)
         return [claims[task_id] for _seq, task_id, _status, _claimed in due]
+
+
+class RerunsSucceededTasks(SplitClaim):
+    """Bug class ``unclaimable-claimed`` — a SUCCEEDED task claimed again, and its reruns
+    recorded.
+
+    The claim's query has no status filter for finished rows (the query of
+    :class:`HandsOutSucceededTasks`): a SUCCEEDED row is selected after every due row, and
+    the reference stamp, whose UPDATE has no status guard, makes it IN_FLIGHT under a fresh
+    token and lease like a due one. The worker runs it and its outcome is recorded: the
+    task is SUCCEEDED again, one attempt more, and the next poll takes it once more, until
+    rdq's worker, finding its attempts used up at a claim, dead-letters it unrun.
+    """
+
+    _due = HandsOutSucceededTasks._due
 
 
 class ExpiredLeasesNeverReclaimed(SplitClaim):
@@ -139,6 +158,7 @@ class ReclaimByAgeKeepsToken(SplitClaim):
 
 
 hands_out_succeeded_tasks = _Backend(HandsOutSucceededTasks, "hands-out-succeeded-tasks")
+reruns_succeeded_tasks = _Backend(RerunsSucceededTasks, "reruns-succeeded-tasks")
 expired_leases_never_reclaimed = _Backend(
     ExpiredLeasesNeverReclaimed, "expired-leases-never-reclaimed"
 )

@@ -77,6 +77,23 @@ drain_margin = 1
 sleep = 1
 """
 
+#: One worker, no fault: a job that succeeds after 0.2 s and one that asks for a retry at
+#: every run. rdq's worker reschedules the retry job 0.5-1, 1-2, 2-4 and 4-8 s after its
+#: first four runs (1 s doubling, equal jitter) and dead-letters it after its fifth: the
+#: drain stays open 7.5 s or more after its first run, seconds past the last rerun of the
+#: succeeded job (five runs of 0.2 s), so the drain never ends between two reruns.
+RERUNS = """\
+name = "reruns"
+workers = 1
+window = 1
+drain_margin = 20
+
+[jobs]
+succeed = 1
+succeed_seconds = [0.2, 0.2]
+retry = 1
+"""
+
 Run = tuple[int, dict[str, Any]]
 Runner = Callable[[str, str, int], Run]
 
@@ -172,6 +189,39 @@ def test_ran_after_done_a_succeeded_job_is_handed_out_again(campaign: Runner) ->
     assert "recorded finished ('SUCCEEDED after 1 attempt(s)')" in v["message"]
     assert ", then ran again: " in v["message"]
     _none_under(campaign("rdq-core-sqlite", ONE_WORKER, ONE_WORKER_SEED), "ran-after-done")
+
+
+def test_ran_after_done_a_succeeded_job_is_run_again_and_recorded(campaign: Runner) -> None:
+    """The job that succeeded is claimed again by every poll that finds nothing due, run,
+    and its success recorded each time, until rdq's worker finds its attempts used up and
+    dead-letters it: every run after the first success is a run after done, though the
+    final state (failed for good) confirms none of them."""
+    run = campaign(_broken("reruns_succeeded_tasks"), RERUNS, 1)
+    v = _finding(run, "ran-after-done", "rdq-terminal")
+    data = run[1]
+    assert len(data["verdicts"]) == 1, [x["message"] for x in data["verdicts"]]
+    assert v["key"].endswith("-succeed") and v["workers"] == ["w1"] and v["causes"] == []
+    max_attempts = int({s.name: s.value for s in PROFILES["fast"].settings}["max_attempts"])
+    runs = sorted((x for x in data["executions"] if x["job"] == v["job"]),
+                  key=lambda x: x["started"])  # fmt: skip
+    assert [x["attempt"] for x in runs] == list(range(1, max_attempts + 1))
+    assert all(x["outcome"] == "succeeded" for x in runs)
+    final = data["final"][v["job"]]
+    assert final["state"] == "failed-for-good"
+    assert final["words"] == f"DEAD after {max_attempts + 1} attempt(s)"
+    # the first success, then its reruns (the second only if it started more than the
+    # clock uncertainty after the first ended; the later ones started 0.2 s or more after)
+    first, *again = sorted(v["executions"], key=lambda x: x["started"])
+    assert first["exec"] == runs[0]["exec"]
+    assert {x["exec"] for x in again} <= {x["exec"] for x in runs[1:]}
+    assert {x["attempt"] for x in again} >= set(range(3, max_attempts + 1))
+    assert all(x["started"] > first["ended"] for x in again)
+    assert f"{first['exec']} on w1 (pid {first['pid']}) " in v["message"]
+    assert (
+        f"succeeded (its handler returned; final state failed-for-good "
+        f"('DEAD after {max_attempts + 1} attempt(s)')), then ran again: "
+    ) in v["message"]
+    _none_under(campaign("rdq-core-sqlite", RERUNS, 1), "ran-after-done")
 
 
 def test_superseded_outcome_a_taken_runs_outcome_stands(campaign: Runner) -> None:

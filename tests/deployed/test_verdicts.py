@@ -126,19 +126,118 @@ def test_retries_are_not_runs_after_done() -> None:
 
 
 def test_the_attempt_the_library_kept_decides_which_run_made_it_done() -> None:
-    """A run that journaled a success the library never kept (its worker lost the job, e.g.
-    paused past its lease) followed by the run the library did keep is no run after done;
-    without the kept attempt the first success is taken as the one kept, and the same
-    journal is a ran-after-done."""
+    """Three failures of a job failed for good: with its last failure kept, every run came
+    before the job was done; with its second one kept, the third run came after it."""
+    fails = [Execution(f"e{i}", "j1", "w1", 100, i * 10.0, i, i * 10.0 + 1, "failed")
+             for i in (1, 2, 3)]  # fmt: skip
+    assert run(fails, {"j1": JobState("failed-for-good", "DEAD after 3", 3)}) == []
+    (v,) = run(fails, {"j1": JobState("failed-for-good", "DEAD after 3", 2)})
+    assert v.rule == "ran-after-done" and v.executions == ("e2", "e3")
+    assert "recorded failed-for-good ('DEAD after 3') by e2 on w1 (pid 100) 20.000-21.000" in (
+        v.message
+    )
+
+
+def test_a_success_the_library_never_kept_made_the_job_done() -> None:
+    """A run journaled a success the library never kept, then the run it kept: the job was
+    done when the first handler returned, whichever attempt the library kept."""
     lost = Execution("e1", "j1", "w1", 100, 1.0, 1, 5.0, "succeeded")
     kept = Execution("e2", "j1", "w2", 200, 7.0, 2, 8.0, "succeeded")
-    assert run([lost, kept], {"j1": JobState("finished", "SUCCEEDED after 2", 2)}) == []
+    (v,) = run([lost, kept], {"j1": JobState("finished", "SUCCEEDED after 2", 2)})
+    assert_names(v, "ran-after-done", "j1", ["w1", "w2"])
+    assert v.executions == ("e1", "e2") and v.kind == "finding" and v.promise == DONE_IS_FINAL
+    assert (
+        "e1 on w1 (pid 100) 1.000-5.000 succeeded (its handler returned; final state finished "
+        "('SUCCEEDED after 2')), then ran again: e2 on w2 (pid 200) 7.000-8.000 succeeded"
+    ) in v.message
+    # without the kept attempt, the final state confirms the first success itself
     (v,) = run([lost, kept], {"j1": FINISHED})
-    assert v.rule == "ran-after-done" and v.executions == ("e1", "e2")
-    # the kept attempt ran again afterwards: that is a run after done
+    assert v.executions == ("e1", "e2")
+    assert "recorded finished ('done') by e1 on w1 (pid 100) 1.000-5.000 succeeded," in v.message
+    # the kept attempt ran again afterwards: still counted from the first success
     again = Execution("e3", "j1", "w1", 100, 9.0, 3, 10.0, "succeeded")
     (v,) = run([lost, kept, again], {"j1": JobState("finished", "SUCCEEDED", 2)})
-    assert v.rule == "ran-after-done" and v.executions == ("e2", "e3")
+    assert v.rule == "ran-after-done" and v.executions == ("e1", "e2", "e3")
+
+
+#: The final state of a job whose attempts ran out after its reruns (none of its runs made it).
+USED_UP = JobState("failed-for-good", "DEAD after 3 attempt(s)", 3)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "did"),
+    [("succeeded", "its handler returned"), ("held", "its handler asked to hold the job")],
+)
+def test_ran_after_done_a_run_after_a_success_whatever_the_final_state(
+    outcome: str, did: str
+) -> None:
+    """The first run succeeded (or was held), the library ran the job again and recorded
+    that run too, then failed it for good: the job ran after it was done."""
+    execs = [
+        Execution("e1", "j1", "w1", 100, 1.0, 1, 2.0, outcome),  # type: ignore[arg-type]
+        Execution("e2", "j1", "w1", 100, 4.0, 2, 5.0, "succeeded"),
+    ]
+    (v,) = run(execs, {"j1": USED_UP})
+    assert_names(v, "ran-after-done", "j1", ["w1"])
+    assert v.executions == ("e1", "e2") and v.kind == "finding" and v.promise == DONE_IS_FINAL
+    assert v.causes == ()
+    assert (
+        f"e1 on w1 (pid 100) 1.000-2.000 {outcome} ({did}; final state failed-for-good "
+        "('DEAD after 3 attempt(s)')), then ran again: e2 on w1 (pid 100) 4.000-5.000 succeeded"
+    ) in v.message
+    # whatever the final state: still running, or forgotten
+    for final in (RUNNING, GONE):
+        (v,) = only(run(execs, {"j1": final}), "ran-after-done")
+        assert v.executions == ("e1", "e2") and v.kind == "finding"
+
+
+def test_a_run_after_a_success_whose_worker_was_killed_before_recording_it_is_a_gap() -> None:
+    """w1's handler returned, then w1 was killed before the library recorded the success:
+    the rerun is within a promise that tolerates a run after done under a kill; a kill of
+    a worker that took no part in it leaves it a finding."""
+    redelivers = Promise(
+        "toy-redelivers", "A job whose worker dies before it acknowledges is run again.",
+        "https://toy.invalid/ack", tolerates={"ran-after-done": frozenset({"kill"})},
+    )  # fmt: skip
+    execs = [
+        Execution("e1", "j1", "w1", 100, 1.0, 1, 2.0, "succeeded"),
+        Execution("e2", "j1", "w2", 200, 6.0, 2, 7.0, "succeeded"),
+    ]
+    promises = (redelivers, *PROMISES)
+    kill = Fault("kill", 2.5, 3.5, targets=("w1",))
+    (v,) = run(execs, {"j1": USED_UP}, faults=[kill], promises=promises)
+    assert_names(v, "ran-after-done", "j1", ["w1", "w2"])
+    assert v.kind == "gap" and v.promise == redelivers
+    assert "gap: within promise 'toy-redelivers'" in v.message
+    assert f"causes in play: {kill.describe()}" in v.message
+    elsewhere = Fault("kill", 2.5, 3.5, targets=("w3",))
+    (v,) = run(execs, {"j1": USED_UP}, faults=[elsewhere], promises=promises)
+    assert v.kind == "finding" and v.promise == DONE_IS_FINAL and v.causes == ()
+
+
+@pytest.mark.parametrize("outcome", ["retry-asked", "failed"])
+def test_a_run_after_a_retry_is_no_run_after_done(outcome: str) -> None:
+    """A run that asked for a retry (or failed) left its job to be run again."""
+    execs = [
+        Execution("e1", "j1", "w1", 100, 1.0, 1, 2.0, outcome),  # type: ignore[arg-type]
+        Execution("e2", "j1", "w2", 200, 4.0, 2, 5.0, "succeeded"),
+    ]
+    assert run(execs, {"j1": FINISHED}) == []
+    assert run(execs, {"j1": JobState("finished", "SUCCEEDED after 2", 2)}) == []
+    for final in (RUNNING, GONE):
+        assert only(run(execs, {"j1": final}), "ran-after-done") == []
+
+
+def test_a_rerun_the_clocks_cannot_order_after_the_success_is_not_judged() -> None:
+    """The rerun starts 0.5 s after the success ended: a run after done when the clocks
+    are exact, nothing within a clock uncertainty of 1 s."""
+    execs = [
+        Execution("e1", "j1", "w1", 100, 1.0, 1, 2.0, "succeeded"),
+        Execution("e2", "j1", "w2", 200, 2.5, 2, 3.0, "succeeded"),
+    ]
+    (v,) = run(execs, {"j1": USED_UP})
+    assert v.rule == "ran-after-done" and v.executions == ("e1", "e2")
+    assert run(execs, {"j1": USED_UP}, uncertainty=1.0) == []
 
 
 def test_an_order_the_clocks_cannot_tell_is_not_judged() -> None:
