@@ -293,7 +293,7 @@ def _done_by(acc: Accepted | None, runs: list[_Run], final: JobState) -> _Run | 
     library says it kept (:attr:`JobState.attempt`) whose outcome makes that state; else
     the first success of a finished job, the first hold of a held one, and for a job
     failed for good the failure that used its last retry (the retries asked, else its
-    last failure)."""
+    last failure; an attempt the library ran twice counts once)."""
     ended = sorted((r for r in runs if r.end is not None), key=lambda r: (r.end, r.x.exec))
     if final.attempt is not None:
         kept = [
@@ -308,7 +308,16 @@ def _done_by(acc: Accepted | None, runs: list[_Run], final: JobState) -> _Run | 
         return next((r for r in ended if r.x.outcome == want), None)
     if final.state != "failed-for-good":
         return None
-    failures = [r for r in ended if r.x.outcome in ("failed", "retry-asked")]
+    failures = []
+    counted: set[int] = set()
+    for r in ended:
+        if r.x.outcome not in ("failed", "retry-asked"):
+            continue
+        if r.x.attempt is not None:  # an attempt run twice (a duplicate) used one retry
+            if r.x.attempt in counted:
+                continue
+            counted.add(r.x.attempt)
+        failures.append(r)
     if not failures:
         return None
     if acc is not None and acc.retries is not None:
@@ -345,6 +354,8 @@ def _ran_after_done(
         return
     ws = {done.x.worker, *(r.x.worker for r in later)}
     faults = j.causes(ws, done.start, max(r.start for r in later))
+    for r in later:
+        faults += [f for f in _held_through(j, acc, r, done.start) if f not in faults]
     if done is confirmed:
         what = f"recorded {final.state} ({final.words!r}) by {done.describe()}"
     else:
@@ -357,6 +368,27 @@ def _ran_after_done(
         RAN_AFTER_DONE, job, [done, *later], faults,
         f"{what}, then ran again: {_runs_list(later)}",
     )  # fmt: skip
+
+
+#: Faults a worker can hold a job through and run it after: a whole worker paused, or
+#: cut off from the server. Its heartbeats stop, the library hands the job out again, and
+#: the worker runs the copy it holds (fetched or prefetched) once it is back.
+_HELD_THROUGH = frozenset({"pause", "cut", "partition"})
+
+
+def _held_through(j: _Judge, acc: Accepted | None, later: _Run, since: float) -> list[Fault]:
+    """The faults ``later``'s worker held the job through: of a kind in
+    :data:`_HELD_THROUGH`, begun after the job was accepted and no later than ``since``
+    (the start of the run ``later`` repeats: the worker had the job before that run
+    began), and over before ``later`` started (a cut is an instant)."""
+    begin = acc.at if acc is not None else float("-inf")
+    return [
+        f
+        for f in j.causes([later.x.worker], begin, later.start)
+        if f.kind in _HELD_THROUGH
+        and begin - j.u <= f.start <= since + j.u
+        and (f.start if f.kind == "cut" and f.end is None else f.until) <= later.start + j.u
+    ]
 
 
 def _limit(j: _Judge, acc: Accepted | None) -> float | None:
@@ -375,6 +407,7 @@ def _handed_out(j: _Judge, job: str, acc: Accepted | None, runs: list[_Run]) -> 
                 f for f in j.causes([b.x.worker], a.start, span_end)
                 if f.kind == "clock-skew" and f not in faults
             ]  # fmt: skip
+            faults += [f for f in _held_through(j, acc, b, a.start) if f not in faults]
             over = j.over(a, b.start, limit)
             j.report(
                 HANDED_OUT_WHILE_HELD, job, [a, b], faults,

@@ -477,3 +477,55 @@ def test_a_gap_is_never_marked_known_upstream() -> None:
     faults = [Fault("pause", 2, 9, targets=("w1",))]
     (v,) = mark_known(run(_overlap(), {"j1": FINISHED}, faults=faults), [entry])
     assert v.kind == "gap" and v.upstream is None
+
+
+# ---- a worker that held the job through a fault, and duplicated attempts ----------------
+
+
+def test_a_second_run_by_a_worker_that_held_the_job_through_its_pause_is_a_gap() -> None:
+    """w2 had the job (fetched) when it was paused, before w1's run began; its heartbeats
+    stopped, the library handed the job to w1, and w2 ran its own copy once resumed: the
+    pause on w2 is the cause, within the at-least-once promise."""
+    pause = Fault("pause", 1, 9, targets=("w2",))
+    execs = [ex("a", "j1", "w1", 1.5, 20, "succeeded", pid=101),
+             ex("b", "j1", "w2", 10, 12, "succeeded", pid=200)]  # fmt: skip
+    (v,) = run(execs, {"j1": FINISHED}, faults=[pause])
+    assert_names(v, "handed-out-while-held", "j1", ["w1", "w2"])
+    assert v.kind == "gap" and v.promise == AT_LEAST_ONCE
+    assert f"causes in play: {pause.describe()}" in v.message
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault("pause", 2, 9, targets=("w2",)),  # began after w1's run: w2 did not hold it
+        Fault("pause", 1, 11, targets=("w2",)),  # not over when w2's run began
+        Fault("kill", 1, 2, targets=("w2",)),  # a killed worker holds nothing
+        Fault("pause", -5, -1, targets=("w2",)),  # before the job was accepted
+    ],
+    ids=["after-first-run", "not-over", "kill", "before-accepted"],
+)
+def test_a_fault_the_second_worker_did_not_hold_the_job_through_leaves_a_finding(
+    fault: Fault,
+) -> None:
+    execs = [ex("a", "j1", "w1", 1.5, 20, "succeeded", pid=101),
+             ex("b", "j1", "w2", 10, 12, "succeeded", pid=200)]  # fmt: skip
+    (v,) = run(execs, {"j1": FINISHED}, faults=[fault], accepted=[Accepted("j1", 0.0)])
+    assert v.rule == "handed-out-while-held" and v.kind == "finding" and v.causes == ()
+
+
+def test_an_attempt_run_twice_uses_one_retry() -> None:
+    """A job with 2 retries failed for good: attempt 1 ran twice (a duplicate delivery), so
+    the failure that used its last retry is attempt 2's, not the second run of attempt 1,
+    and no run came after it."""
+    def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
+        return Execution(exec_, "j1", worker, 100, start, attempt, start + 0.5, "retry-asked")
+
+    execs = [at("a0", "w1", 1, 0), at("a1", "w1", 3, 1), at("a1b", "w2", 4, 1),
+             at("a2", "w1", 6, 2)]  # fmt: skip
+    got = run(execs, {"j1": FAILED}, accepted=[Accepted("j1", 0.0, 2)])
+    assert only(got, "ran-after-done") == []
+    # a third attempt after the last retry was used is a run after done
+    got = run([*execs, at("a3", "w2", 8, 3)], {"j1": FAILED}, accepted=[Accepted("j1", 0.0, 2)])
+    (v,) = only(got, "ran-after-done")
+    assert v.executions == ("a2", "a3")
