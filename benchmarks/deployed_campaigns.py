@@ -6,8 +6,9 @@ exit status recorded), then reads every campaign's ``results.json`` and prints, 
 campaign: its seed, wall time, the faults done against those planned (by kind), the jobs
 accepted, the findings, known-upstream findings and gaps, how the drain ended, and the
 **recovery** of each job a SIGKILL interrupted: seconds from the kill to the job's next
-execution on any worker (never sooner than the system's ``recovery_after``, the time its
-recovery takes; later when every worker was busy or other jobs were due first). Then
+execution on any worker (the system's ``recovery_after`` says how long its recovery
+takes with a worker free; a job waits longer when every worker is busy or other jobs are
+due first). Then
 the totals, and for campaigns with findings the seconds from the fault window's opening
 to the first finding's first execution (time to first violation).
 
