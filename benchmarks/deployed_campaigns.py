@@ -40,15 +40,20 @@ from _figures import LoadWatch, command, header, history_rows
 def _recoveries(result: dict[str, Any]) -> list[float]:
     """Seconds from each kill to the next execution of every job it interrupted."""
     runs = result["executions"]
+    kills = sorted(
+        (f for f in result["faults_done"] if f["kind"] == "kill"), key=lambda f: f["start"]
+    )
     out = []
-    for fault in result["faults_done"]:
-        if fault["kind"] != "kill":
-            continue
+    for fault in kills:
         at = fault["start"]
         for x in runs:
             if x["worker"] not in fault["targets"] or x["started"] > at:
                 continue
             if x["ended"] is not None and x["ended"] <= at:
+                continue
+            if x["ended"] is None and any(  # an earlier kill of its worker ended it
+                x["worker"] in k["targets"] and x["started"] <= k["start"] < at for k in kills
+            ):
                 continue
             later = [y["started"] for y in runs if y["job"] == x["job"] and y["started"] > at]
             if later:
