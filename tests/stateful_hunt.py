@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 import hypothesis
+from hypothesis.errors import Flaky
 from rdq_memory.plugin import MemoryBackend
 
 from rdq_compliance import stateful
@@ -74,6 +75,9 @@ class Hunt:
     message: str = ""
     error: BaseException | None = None
     victims: list[str] = field(default_factory=list)
+    #: the failing program did not replay the same way (hypothesis's ``Flaky``), so
+    #: hypothesis could not shrink or print it: a backend whose failure depends on timing
+    unreplayable: bool = False
 
     def describe(self) -> str:
         head = (
@@ -152,6 +156,7 @@ def hunt(
         message="" if error is None else str(violation or error)[:2000],
         error=error,
         victims=list(victims),
+        unreplayable=violation is not None and isinstance(violation.__cause__, Flaky),
     )
 
 

@@ -66,3 +66,23 @@ def test_a_rule_broken_every_time_is_shrunk_as_before() -> None:
         _run(MemoryBackend(EnqueueResetsExisting, "resets-always"))
     assert info.value.rule == "enqueue-idempotent", str(info.value)
     assert "did not replay" not in str(info.value)
+
+
+def test_a_hunt_says_when_its_failing_program_did_not_replay() -> None:
+    """``tests/test_stateful_finds_bugs.py`` tries another seed only for such a hunt."""
+    from types import SimpleNamespace
+
+    from tests import stateful_hunt as sh
+
+    case = sh.Case("resets_once", "enqueue-not-idempotent", frozenset({"enqueue-idempotent"}))
+    ResetsOnce.fired = False
+    once = sh.hunt(case, backends=SimpleNamespace(resets_once=MemoryBackend(ResetsOnce, "once")))
+    assert once.found and once.rule == "enqueue-idempotent" and once.unreplayable, once.describe()
+    case = sh.Case("resets_always", "enqueue-not-idempotent", frozenset({"enqueue-idempotent"}))
+    always = sh.hunt(
+        case,
+        backends=SimpleNamespace(
+            resets_always=MemoryBackend(EnqueueResetsExisting, "resets-always")
+        ),
+    )
+    assert always.found and not always.unreplayable, always.describe()
