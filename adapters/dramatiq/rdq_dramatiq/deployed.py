@@ -94,7 +94,7 @@ PROMISES: tuple[Promise, ...] = (
             "other broker on the same queue runs maintenance with odds maintenance_chance "
             "in a million and requeues the offline broker's unacked messages"
         ),
-        forbids=frozenset({"lost", "stuck"}),
+        forbids=frozenset({"lost", "stuck", "never-ran"}),
     ),
     Promise(
         id="dramatiq-persistence",

@@ -80,7 +80,7 @@ AT_LEAST_ONCE = Promise(
     recovery="the job stays 'picked'; once its heartbeat is older than heartbeat_timeout the "
     "next dequeue of any worker re-picks it (an idle worker dequeues on a NOTIFY, at the "
     "latest after dequeue_timeout)",
-    forbids=frozenset({"lost"}),
+    forbids=frozenset({"lost", "never-ran"}),
     # Completion is the outcome written to the database, after the handler returned (the
     # buffer above): a kill in between re-delivers a job whose handler already ended.
     tolerates={"ran-after-done": frozenset({"kill"})},

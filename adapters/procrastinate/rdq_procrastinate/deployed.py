@@ -116,7 +116,7 @@ DEFER = Promise(
     quote="Defer: The action of instantiating a task and registering it for later execution "
     "by a worker.",
     link=f"{DOCS}/glossary.html",
-    forbids=frozenset({"lost"}),
+    forbids=frozenset({"lost", "never-ran"}),
 )
 SCHEDULE = Promise(
     id="procrastinate-schedule",

@@ -121,7 +121,9 @@ ABANDONED = Promise(
     },
 )
 #: kill -9: the job of a killed worker ends up failed; the kill may "lead to damage" (an
-#: outcome the handler reached but rq never recorded, so the job runs again).
+#: outcome the handler reached but rq never recorded, so the job runs again). A worker
+#: killed after it took a job and before its horse started the handler leaves a job rq
+#: fails the same way, never run.
 KILLED = Promise(
     id="rq-killed-worker",
     quote="However, workers can be killed forcefully by `kill -9`, which will not give the "
@@ -134,7 +136,7 @@ KILLED = Promise(
     "its job failed ('Work-horse terminated unexpectedly', rq/worker/worker_classes.py"
     "#L139-L151), or re-enqueued while its Retry has retries left",
     forbids=frozenset({"lost", "stuck"}),
-    tolerates={"ran-after-done": frozenset({"kill"})},
+    tolerates={"ran-after-done": frozenset({"kill"}), "never-ran": frozenset({"kill"})},
 )
 #: Delayed jobs: a scheduler dies, another worker's takes over.
 SCHEDULER = Promise(
@@ -159,7 +161,7 @@ LIFECYCLE = Promise(
     "created. [...] `finished`: The job has finished execution and is available through the "
     "finished job registry.",
     link=f"{DOCS}/jobs.md#the-job-lifecycle",
-    forbids=frozenset({"ran-after-done"}),
+    forbids=frozenset({"ran-after-done", "never-ran"}),
 )
 RETRIES = Promise(
     id="rq-retry",
