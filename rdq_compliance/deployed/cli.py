@@ -144,6 +144,8 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     counts = result.counts()
     console.print(f"  final states: {counts['final state']}", highlight=False, markup=False)
     console.print(f"  drain: {result.drain_ended_by}", highlight=False, markup=False)
+    for line in result.not_enqueued():
+        console.print(f"  {line}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     for e in result.nemesis.errors:
         console.print(
             f"  fault error: {e.message}",

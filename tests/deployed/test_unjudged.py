@@ -2,7 +2,8 @@
 (:func:`rdq_compliance.deployed.campaign.nothing_ran`), on crafted results: the jobs the
 library settled unseen are counted by state and named, with the workers' logs to read;
 one execution journalled, or no job accepted, and there is nothing to say. The real
-broken system (every job failed before its handler ran) is ``test_broken_systems.py``'s."""
+broken system (every job failed before its handler ran) is ``test_broken_systems.py``'s.
+Planned jobs the client did not take are never judged either: the report says which."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from rdq_compliance.deployed.campaign import nothing_ran
 from rdq_compliance.deployed.plan import make_plan
 from rdq_compliance.deployed.probe import Execution
+from rdq_compliance.deployed.report import as_dict, markdown
 from rdq_compliance.deployed.result import CampaignResult
 from rdq_compliance.deployed.scenario import BUILTIN
 from rdq_compliance.deployed.system import JobState
@@ -69,3 +71,24 @@ def test_one_execution_journalled_or_no_job_accepted_is_nothing_to_say() -> None
     result.executions = [Execution("e1", "a1", "w1", 10, 1.0, 0, 2.0, "succeeded")]
     assert nothing_ran(result, LOGS) is None
     assert nothing_ran(_result({}), LOGS) is None
+
+
+def test_jobs_the_client_did_not_take_are_said_by_reason_behaviour_and_key() -> None:
+    """Planned jobs refused at enqueue are never judged: the report says how many, of
+    which behaviours, why and which, in its header, its counts and ``results.json``."""
+    result = _result({"a1": JobState("finished", "successful")})
+    fails = [j.key for j in result.plan.jobs if j.behaviour == "fail"]
+    why = "InvalidArgument: 'fail' with retries=2 has no meaning here"
+    result.refused = {**dict.fromkeys(fails, why), "job-x": "not acknowledged by the client"}
+    assert result.not_enqueued() == [
+        f"{len(fails)} job(s) not enqueued (fail {len(fails)}): {why} [{', '.join(fails)}]",
+        "1 job(s) not enqueued (? 1): not acknowledged by the client [job-x]",
+    ]
+    assert result.counts()["not enqueued by behaviour"] == {"?": 1, "fail": len(fails)}
+    text = markdown(result)
+    planned = len(result.plan.jobs)
+    refused = len(fails) + 1
+    line = f"- jobs: 1 of {planned} planned accepted; {refused} not enqueued, never judged"
+    assert f"{line} (see Counts)\n" in text
+    assert f"\n- {result.not_enqueued()[0]}\n" in text
+    assert as_dict(result)["refused"] == result.refused
