@@ -6,9 +6,10 @@ exit status recorded), then reads every campaign's ``results.json`` and prints, 
 campaign: its seed, wall time, the faults done against those planned (by kind), the jobs
 accepted, the findings, known-upstream findings and gaps, how the drain ended, and the
 **recovery** of each job a SIGKILL interrupted: seconds from the kill to the job's next
-execution on any worker (the system's ``recovery_after`` says how long its recovery
-takes with a worker free; a job waits longer when every worker is busy or other jobs are
-due first). Then
+execution on any worker, in true time (a skewed worker's journal times taken back by its
+skew, as the checker takes them; the system's ``recovery_after`` says how long its
+recovery takes with a worker free; a job waits longer when every worker is busy or other
+jobs are due first). Then
 the totals, and for campaigns with findings the seconds from the fault window's opening
 to the first finding's first execution (time to first violation).
 
@@ -36,34 +37,62 @@ from typing import Any
 
 from _figures import LoadWatch, command, header, history_rows
 
+from rdq_compliance.deployed.faults import Fault, true_time
 
-def _recoveries(result: dict[str, Any]) -> list[float]:
-    """Seconds from each kill to the next execution of every job it interrupted."""
-    runs = result["executions"]
-    kills = sorted(
-        (f for f in result["faults_done"] if f["kind"] == "kill"), key=lambda f: f["start"]
-    )
+
+def _faults(result: dict[str, Any]) -> list[Fault]:
+    """The faults the checker judged with, as ``results.json`` holds them (times in seconds
+    after the window opened): the nemesis's, then each lost host's worker killed."""
+    out = [
+        Fault(
+            f["kind"], f["start"], f["end"], targets=tuple(f["targets"]), part=f["part"],
+            pids=None if f["pids"] is None else frozenset(f["pids"]), offset=f["offset"],
+        )
+        for f in result["faults_done"]
+    ]  # fmt: skip
+    out += [
+        Fault("kill", h["start"], h["end"], targets=(h["worker"],))
+        for h in result.get("host_losses", [])
+    ]
+    return out
+
+
+def recoveries(result: dict[str, Any]) -> list[float]:
+    """Seconds from each kill to the next execution of every job it interrupted, in true
+    time: an execution's times, read from its worker's clock, are taken back by the skew
+    of that clock in effect then (:func:`~rdq_compliance.deployed.faults.true_time`, as
+    the checker does), and a kill interrupts an execution of a process it stopped
+    (:meth:`~rdq_compliance.deployed.faults.Fault.stops`) that had started and not ended
+    by then, unless an earlier kill had already ended it."""
+    faults = _faults(result)
+    kills = sorted((f for f in faults if f.kind == "kill"), key=lambda f: f.start)
+    runs = []
+    for x in result["executions"]:
+        ended = None if x["ended"] is None else true_time(x["worker"], x["ended"], faults)
+        runs.append((x, true_time(x["worker"], x["started"], faults), ended))
     out = []
-    for fault in kills:
-        at = fault["start"]
-        for x in runs:
-            if x["worker"] not in fault["targets"] or x["started"] > at:
+    for kill in kills:
+        at = kill.start
+        for x, started, ended in runs:
+            if not kill.stops(x["worker"], x["pid"]) or started > at:
                 continue
-            if x["ended"] is not None and x["ended"] <= at:
+            if ended is not None and ended <= at:
                 continue
-            if x["ended"] is None and any(  # an earlier kill of its worker ended it
-                x["worker"] in k["targets"] and x["started"] <= k["start"] < at for k in kills
+            if ended is None and any(  # an earlier kill of its process ended it
+                k.stops(x["worker"], x["pid"]) and started <= k.start < at for k in kills
             ):
                 continue
-            later = [y["started"] for y in runs if y["job"] == x["job"] and y["started"] > at]
+            later = [s for y, s, _ in runs if y["job"] == x["job"] and s > at]
             if later:
                 out.append(min(later) - at)
     return out
 
 
 def _first_finding(result: dict[str, Any]) -> float | None:
+    """Seconds from the window's opening to the first finding's first execution, in true
+    time (``results.json`` gives a skewed worker's execution its ``true_started``)."""
     starts = [
-        x["started"]
+        x.get("true_started", x["started"])
         for v in result["verdicts"]
         if v["kind"] == "finding"
         for x in v["executions"]
@@ -85,7 +114,7 @@ def _row(folder: Path, result: dict[str, Any]) -> dict[str, Any]:
         "known_upstream": verdicts["known upstream"],
         "gaps": verdicts["gaps"],
         "drain": result["drain"]["ended_by"],
-        "recoveries": [round(r, 1) for r in _recoveries(result)],
+        "recoveries": [round(r, 1) for r in recoveries(result)],
         "first_finding": _first_finding(result),
         "recovery_after": result["profile"]["recovery_after"],
         "error": result["error"],

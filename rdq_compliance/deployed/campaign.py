@@ -30,7 +30,11 @@
 Bad input (an unknown system or profile, a declaration with problems, a scenario that
 cannot be planned) is :class:`CampaignError` before anything starts; a campaign that
 cannot run (no server, a worker that cannot start) is a :class:`CampaignError` too,
-after everything started was stopped.
+after everything started was stopped. A campaign that ran but could not judge the
+library says why in its result's ``error``: a worker that never ran a job and kept
+exiting on its own, a probe journal that breaks the format, or no execution journalled
+at all while the library accepted jobs (:func:`nothing_ran`: the jobs it settled unseen,
+by state and by name, and the workers' logs to read).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import logging
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -78,13 +83,14 @@ __all__ = [
     "LOCAL_UNCERTAINTY",
     "CampaignError",
     "load",
+    "nothing_ran",
     "run_campaign",
 ]
 
 #: The deployed checker's rule ids.
 _RULE_IDS = tuple(r.id for r in verdicts.RULES)
 #: The states a job ends in.
-SETTLED = frozenset({"finished", "failed-for-good", "held"})
+SETTLED = verdicts.SETTLED
 #: Seconds between two reads of the final states during the drain.
 POLL = 0.5
 #: Seconds a worker must survive its start before the jobs are enqueued.
@@ -170,11 +176,46 @@ def _never_started(result: CampaignResult, fleet: Fleet) -> str | None:
     return None
 
 
+def _named(result: CampaignResult, job: str) -> str:
+    """A job by the harness's key, with the library's id when it differs."""
+    key = result.keys.get(job, job)
+    return key if key == job else f"{key} ({job})"
+
+
+def nothing_ran(result: CampaignResult, logs: Sequence[str]) -> str | None:
+    """Why the campaign judged nothing of the library, when the probe journalled no
+    execution at all of the jobs the library accepted: how many of them the library
+    settled unseen (finished, failed for good or held, by state), which ones, and what
+    to check (``logs``: the workers' log files). ``None`` when some execution was
+    journalled, or no job was accepted."""
+    if not result.accepted or result.executions:
+        return None
+    unseen = verdicts.settled_unseen(result.executions, result.accepted, result.final)
+    states = Counter(result.final[a.job].state for a in unseen)
+    where = ", ".join(logs) or "the workers' logs"
+    check = (
+        f"the workers never ran the probe's handler: see their logs ({where}) and check "
+        "that the handler the system names is importable where they run"
+    )
+    n = len(result.accepted)
+    if not unseen:
+        return f"the probe journalled no execution of any of the {n} accepted jobs: {check}"
+    by_state = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
+    jobs = ", ".join(_named(result, a.job) for a in unseen)
+    return (
+        f"the library settled {len(unseen)} of the {n} accepted jobs ({by_state}) without "
+        f"the probe ever seeing them run, and the probe journalled no execution at all: "
+        f"{check}; jobs settled unseen: {jobs}"
+    )
+
+
 def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None:
     log = read_probe(fleet.probe_paths())
     result.torn = list(log.torn)
     result.executions = log.executions()
-    result.error = _never_started(result, fleet)
+    result.error = _never_started(result, fleet) or nothing_ran(
+        result, [str(fleet.log_path(name)) for name in result.plan.workers]
+    )
     assert result.drain is not None
     result.uncertainty, result.uncertainty_note = fleet.places.uncertainty()
     result.known_upstream = upstream.known_upstream_of(system, _RULE_IDS)

@@ -14,10 +14,10 @@ campaign and a total. With ``--fleet`` the workers run on the hosts of that host
 over SSH (``docs/fleet.md``; a bad file is a usage error). Exit status: **0** no
 finding, **1** a finding in some campaign, **2** bad usage, a setup error, or a campaign
 that could not judge the library (a worker that never started, a probe journal that
-breaks the format; the campaigns stop there) -- with a one-line reason, never a stack
-trace. A fault the nemesis could not do
-(nothing to act on) is printed and in the report, beside the verdicts. A password in a
-DSN is never printed.
+breaks the format, no execution journalled at all while the library accepted jobs; the
+campaigns stop there) -- with a one-line reason, never a stack trace. A fault the
+nemesis could not do (nothing to act on) is printed and in the report, beside the
+verdicts. A password in a DSN is never printed.
 
 :mod:`rdq_compliance.chaos.cli` adds these commands to ``rdq-chaos``
 (:func:`add_commands`, :func:`run_command`).
@@ -144,6 +144,8 @@ def _summarise(console: Console, result: CampaignResult) -> None:
     counts = result.counts()
     console.print(f"  final states: {counts['final state']}", highlight=False, markup=False)
     console.print(f"  drain: {result.drain_ended_by}", highlight=False, markup=False)
+    for line in result.not_enqueued():
+        console.print(f"  {line}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     for e in result.nemesis.errors:
         console.print(
             f"  fault error: {e.message}",

@@ -75,10 +75,15 @@ PROMISES: tuple[Promise, ...] = (
         link="docs/contract.md#1-the-one-rule-and-what-the-kit-is-for",
         delivery="at-least-once",
         recovery="a task whose lease ran out is claimable again, and the next poll takes it",
-        forbids=frozenset({"lost", "stuck"}),
+        forbids=frozenset({"lost", "stuck", "never-ran"}),
         # a run whose outcome was not recorded (its worker died or lost its lease after the
-        # handler returned) is run again: at least once
-        tolerates={"ran-after-done": frozenset({"kill", *_FAULTS_THAT_STOP_HEARTBEATS})},
+        # handler returned) is run again: at least once. A task claimed with its attempts
+        # spent is dead-lettered unrun (rdq_core/worker.py, "Poison pill"): claims whose
+        # leases ran out before the handler started can spend them all.
+        tolerates={
+            "ran-after-done": frozenset({"kill", *_FAULTS_THAT_STOP_HEARTBEATS}),
+            "never-ran": frozenset({"kill", *_FAULTS_THAT_STOP_HEARTBEATS}),
+        },
     ),
     Promise(
         id="rdq-terminal",

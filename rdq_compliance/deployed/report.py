@@ -4,7 +4,8 @@
 version, the profile (each setting's value, default and the docs line allowing it), the
 scenario and seed, the plan and the faults as done (with the errors of those that could
 not be), where the workers ran (a fleet's hosts, each with its measured clock), the
-workers' exits, the drain, the counts by behaviour and by final state, every execution
+workers' exits, the drain, the counts by behaviour (planned, accepted, not enqueued) and
+by final state, every planned job the client did not take with the reason, every execution
 (its times as journalled, and in true time when its worker's clock was skewed), and
 every verdict (rule, finding or gap, job, executions, workers, causes, the promise's id,
 quote and link, the known-upstream issue that covers it, message), and the system's
@@ -12,7 +13,8 @@ known-upstream entries with what each covered. ``report.md`` says it for a reade
 findings first (each with the promise it breaks, quoted and linked, the job, the
 workers, the executions' times and the faults in play), then the findings confirmed
 upstream (the issue linked) and the entries not seen, then the gaps (cited), then the
-counts, the faults and the exits. The folder also holds the workers' logs (``logs/``)
+counts (the jobs not enqueued by reason, behaviour and key among them: never judged),
+the faults and the exits. The folder also holds the workers' logs (``logs/``)
 and probe journals (``probe/``). The DSN appears masked (:func:`rdq_core.masking.mask_dsn`).
 """
 
@@ -247,6 +249,12 @@ def markdown(result: CampaignResult) -> str:
         f"- profile: {result.profile.name}; scenario {plan.scenario.name}, seed {plan.seed}",
         f"- findings: {len(result.findings)}, confirmed upstream: {len(result.known)}, "
         f"gaps: {len(result.gaps)}",
+        f"- jobs: {len(result.accepted)} of {len(plan.jobs)} planned accepted"
+        + (
+            f"; {len(result.refused)} not enqueued, never judged (see Counts)"
+            if result.refused
+            else ""
+        ),
         f"- drain: {result.drain_ended_by}",
         f"- clock uncertainty: {result.uncertainty_note}",
         *[f"- host {_host_md(h)}" for h in result.hosts],
@@ -289,8 +297,7 @@ def markdown(result: CampaignResult) -> str:
     out += ["## Counts", ""]
     for what, counts in result.counts().items():
         out.append(f"- {what}: " + (", ".join(f"{k} {n}" for k, n in counts.items()) or "none"))
-    if result.refused:
-        out.append(f"- not acknowledged: {len(result.refused)} ({result.refused})")
+    out += [f"- {line}" for line in result.not_enqueued()]
     if result.torn:
         out.append(f"- torn probe lines: {len(result.torn)}")
     out += ["", "## Settings", ""]

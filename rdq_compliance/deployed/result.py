@@ -95,15 +95,34 @@ class CampaignResult:
         spec = next((j for j in self.plan.jobs if j.key == key), None)
         return spec.behaviour if spec is not None else "?"
 
+    def not_enqueued(self) -> list[str]:
+        """The planned jobs the library's client refused or did not acknowledge (never
+        judged), in words: one line per reason, with how many jobs of which behaviours it
+        removed and their keys."""
+        behaviour = {j.key: j.behaviour for j in self.plan.jobs}
+        by_reason: dict[str, list[str]] = {}
+        for key, why in self.refused.items():
+            by_reason.setdefault(why, []).append(key)
+        out = []
+        for why, keys in by_reason.items():
+            kinds = Counter(behaviour.get(k, "?") for k in keys)
+            which = ", ".join(f"{b} {n}" for b, n in sorted(kinds.items()))
+            out.append(f"{len(keys)} job(s) not enqueued ({which}): {why} [{', '.join(keys)}]")
+        return out
+
     def counts(self) -> dict[str, dict[str, int]]:
-        """Accepted jobs by behaviour, by final state, and the executions by outcome."""
+        """Jobs planned, accepted and not enqueued by behaviour, accepted jobs by final
+        state, and the executions by outcome."""
         by_behaviour = Counter(self.behaviour_of(a.job) for a in self.accepted)
         by_state = Counter(self.final.get(a.job, JobState("unknown", "")).state
                            for a in self.accepted)  # fmt: skip
         by_outcome = Counter(x.outcome or "no end" for x in self.executions)
+        behaviour = {j.key: j.behaviour for j in self.plan.jobs}
+        refused = Counter(behaviour.get(k, "?") for k in self.refused)
         return {
             "planned": self.plan.counts(),
             "accepted by behaviour": dict(sorted(by_behaviour.items())),
+            "not enqueued by behaviour": dict(sorted(refused.items())),
             "final state": dict(sorted(by_state.items())),
             "executions by outcome": dict(sorted(by_outcome.items())),
             "verdicts": {

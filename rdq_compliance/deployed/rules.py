@@ -9,6 +9,7 @@ from rdq_compliance.rule import Rule
 __all__ = [
     "HANDED_OUT_WHILE_HELD",
     "LOST",
+    "NEVER_RAN",
     "RAN_AFTER_DONE",
     "RULES",
     "STUCK",
@@ -18,6 +19,13 @@ __all__ = [
 LOST = Rule(
     id="lost",
     text="every accepted job is finished, failed for good or held by the end of the drain",
+)
+NEVER_RAN = Rule(
+    id="never-ran",
+    text=(
+        "a job the library records finished, failed for good or held ran first (the probe "
+        "saw it start)"
+    ),
 )
 RAN_AFTER_DONE = Rule(
     id="ran-after-done",
@@ -43,4 +51,6 @@ STUCK = Rule(
 )
 #: The deployed checker's rules, in the order
 #: :func:`rdq_compliance.deployed.verdicts.judge` reports them.
-RULES: tuple[Rule, ...] = (LOST, RAN_AFTER_DONE, HANDED_OUT_WHILE_HELD, SUPERSEDED_OUTCOME, STUCK)
+RULES: tuple[Rule, ...] = (
+    LOST, NEVER_RAN, RAN_AFTER_DONE, HANDED_OUT_WHILE_HELD, SUPERSEDED_OUTCOME, STUCK,
+)  # fmt: skip

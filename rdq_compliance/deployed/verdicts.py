@@ -43,6 +43,7 @@ from rdq_compliance.deployed.probe import Execution
 from rdq_compliance.deployed.rules import (
     HANDED_OUT_WHILE_HELD,
     LOST,
+    NEVER_RAN,
     RAN_AFTER_DONE,
     RULES,
     STUCK,
@@ -54,17 +55,21 @@ from rdq_compliance.rule import Rule
 
 __all__ = [
     "RULES",
+    "SETTLED",
     "Accepted",
     "Drain",
     "Verdict",
     "judge",
     "mark_known",
+    "settled_unseen",
 ]
 
 #: The final state each probe outcome makes, when it is the job's last word.
 _MAKES = {"succeeded": "finished", "failed": "failed-for-good", "retry-asked": "failed-for-good",
           "held": "held"}  # fmt: skip
 _UNKNOWN = JobState("unknown", "(not reported)")
+#: The final states that end a job: the library has settled it.
+SETTLED = frozenset({"finished", "failed-for-good", "held"})
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,8 @@ def judge(
     for job in order:
         _lost(j, job, jobs.get(job), by_job.get(job, []), final.get(job, _UNKNOWN))
     for job in order:
+        _never_ran(j, job, jobs.get(job), by_job.get(job, []), final.get(job, _UNKNOWN))
+    for job in order:
         _ran_after_done(j, job, jobs.get(job), by_job.get(job, []), final.get(job, _UNKNOWN))
     for job in order:
         _handed_out(j, job, jobs.get(job), by_job.get(job, []))
@@ -285,6 +292,34 @@ def _lost(j: _Judge, job: str, acc: Accepted | None, runs: list[_Run], final: Jo
         LOST, job, runs, faults,
         f"accepted at {acc.at:.3f}, {where} at the end of the drain ({j.drain.ended:.3f}; "
         f"the library says {final.words!r}); executions: {_runs_list(runs)}",
+    )  # fmt: skip
+
+
+def settled_unseen(
+    executions: Iterable[Execution], accepted: Sequence[Accepted], final: Mapping[str, JobState]
+) -> list[Accepted]:
+    """The accepted jobs the library settled (finished, failed for good or held) with no
+    execution of them journalled: the probe never saw them start."""
+    seen = {x.job for x in executions}
+    return [
+        a for a in accepted
+        if a.job not in seen and final.get(a.job, _UNKNOWN).state in SETTLED
+    ]  # fmt: skip
+
+
+def _never_ran(
+    j: _Judge, job: str, acc: Accepted | None, runs: list[_Run], final: JobState
+) -> None:
+    """A job the library settled that the probe never saw start: nothing the library did
+    with it ran the handler, so the state it reports stands on no execution."""
+    if acc is None or runs or final.state not in SETTLED:
+        return
+    faults = j.causes(None, acc.at, j.drain.ended)
+    j.report(
+        NEVER_RAN, job, runs, faults,
+        f"accepted at {acc.at:.3f}, {final.state} by the end of the drain ({j.drain.ended:.3f}; "
+        f"the library says {final.words!r}), yet no execution of it was journalled: the "
+        "library settled it without the probe's handler ever starting it",
     )  # fmt: skip
 
 

@@ -9,6 +9,8 @@
 - :func:`reclaim_ignores_lease_postgres`: the same bug on PostgreSQL
   (``tests.deployed.broken_postgres:reclaim_ignores_lease``), for workers on other hosts.
 - :func:`never_starts`: workers that exit before they run anything.
+- :func:`handler_missing`: workers that run, but know no handler by the jobs' name: rdq
+  dead-letters every job before any handler runs, and the probe journals nothing.
 
 One for each other deployed rule, on a backend of :mod:`tests.deployed.broken_sqlite`
 (workers need the checkout root on ``PYTHONPATH`` too):
@@ -81,6 +83,29 @@ succeed = 1
 
 def never_starts() -> CoreSystem:
     return NeverStarts("sqlite")
+
+
+#: The module :class:`HandlerMissing`'s workers run.
+HANDLERLESS_WORKER = "tests.deployed.handlerless_worker"
+
+
+class HandlerMissing(CoreSystem):
+    """The control whose workers run :mod:`tests.deployed.handlerless_worker`: every job
+    is failed for good by rdq's own worker loop, none of them run."""
+
+    def worker(
+        self, name: str, profile: str, probe_path: str, dsn: str | None = None
+    ) -> WorkerLaunch:
+        launch = super().worker(name, profile, probe_path, dsn)
+        argv = tuple(
+            HANDLERLESS_WORKER if a == "rdq_compliance.deployed.core_worker" else a
+            for a in launch.argv
+        )
+        return WorkerLaunch(argv, launch.env)
+
+
+def handler_missing() -> CoreSystem:
+    return HandlerMissing("sqlite")
 
 
 def dead_letter_deletes() -> CoreSystem:

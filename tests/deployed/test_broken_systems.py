@@ -3,7 +3,10 @@ real worker processes, on a SQLite backend with one bug (``tests.deployed.broken
 ``rdq-chaos deployed run`` exits 1 and reports a finding under the rule, its message
 naming the rule, the job, the workers and the promise it breaks; the same system on the
 unbroken SQLite backend, same scenario and seed, exits 0 with no verdict under that rule.
-``handed-out-while-held`` is ``test_cli.py``'s.
+``handed-out-while-held`` is ``test_cli.py``'s. A system whose workers fail every job
+before its handler runs (``never-ran`` on every job, the probe journalling nothing) is
+an error of the campaign: it exits 2, saying how many jobs the library settled unseen,
+which, and what to check.
 
 Every wait is sized by the ``fast`` profile (a 4 s lease, idle polls backing off to 1 s,
 ``recovery_after`` 5 s) with seconds to spare, never by a race: a fault lands seconds
@@ -173,6 +176,36 @@ def test_lost_a_job_failed_for_good_is_deleted(campaign: Runner) -> None:
     assert "the library says 'not found'" in v["message"]
     assert run[1]["final"][v["job"]]["state"] == "unknown"
     _none_under(campaign("rdq-core-sqlite", ONE_WORKER, ONE_WORKER_SEED), "lost")
+
+
+def test_every_job_settled_with_no_execution_is_an_error_of_the_campaign(
+    campaign: Runner,
+) -> None:
+    """rdq's worker dead-letters every job (no handler by their name) before any handler
+    runs: the probe journals nothing, and the campaign cannot judge the library. It exits
+    2 with the count, the jobs and the logs to read; each job is also a ``never-ran``
+    finding. The unbroken control's campaign on the same plan has no such verdict."""
+    status, data = campaign(_broken("handler_missing"), ONE_WORKER, ONE_WORKER_SEED)
+    assert _delays((status, data)) == ONE_WORKER_DELAYS
+    assert status == 2
+    assert data["executions"] == [] and data["torn"] == []
+    assert {s["state"] for s in data["final"].values()} == {"failed-for-good"}
+    assert data["drain"]["ended_by"] == "every accepted job was finished, failed for good or held"
+    error = data["error"]
+    assert error.startswith(
+        "the library settled 3 of the 3 accepted jobs (failed-for-good 3) without the probe "
+        "ever seeing them run, and the probe journalled no execution at all: the workers "
+        "never ran the probe's handler: see their logs ("
+    ), error
+    assert "logs/w1.log) and check that the handler the system names is importable" in error
+    # the control's job ids are the keys
+    unseen = "; jobs settled unseen: job-00-succeed, job-01-succeed, job-02-fail"
+    assert error.endswith(unseen), error
+    never = [v for v in data["verdicts"] if v["rule"] == "never-ran"]
+    assert sorted(v["key"] for v in never) == sorted(ONE_WORKER_DELAYS)
+    assert all(v["kind"] == "finding" and v["promise"]["id"] == "rdq-never-lost" for v in never)
+    assert all("the library says 'DEAD after 1 attempt(s)'" in v["message"] for v in never)
+    _none_under(campaign("rdq-core-sqlite", ONE_WORKER, ONE_WORKER_SEED), "never-ran")
 
 
 def test_ran_after_done_a_succeeded_job_is_handed_out_again(campaign: Runner) -> None:

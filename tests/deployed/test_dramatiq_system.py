@@ -116,6 +116,18 @@ def test_bad_input_is_refused_clearly_without_the_password() -> None:
         system.bind("redis://:s3cret@127.0.0.1:6379/0", "n", "/", "quick")
 
 
+def test_an_enqueue_the_server_did_not_take_raises_the_clients_error() -> None:
+    """No Redis listens on port 1: ``send_with_options`` raises redis's ``ConnectionError``
+    and the system raises it as it came (the campaign records it as the job's refusal)."""
+    system = DramatiqSystem()
+    system.bind("redis://127.0.0.1:1/0", "n", "/", "fast")
+    try:
+        with pytest.raises(redis.ConnectionError, match=r"127\.0\.0\.1:1\b"):
+            system.enqueue([JobSpec("a")])
+    finally:
+        system.close()
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     server = load_backend("redis").provision(

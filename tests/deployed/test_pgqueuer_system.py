@@ -1,6 +1,8 @@
 """pgqueuer 1.6.0 as a deployed system (``rdq_pgqueuer.deployed``): its declaration, the
 states it reads, two real ``pgq run`` workers running every behaviour the probe has on
-pgqueuer, and what pgqueuer does with a job whose worker is SIGKILLed mid-job.
+pgqueuer (a failing job asking no retry run once, one asking pgqueuer's own retried by
+``DatabaseRetryEntrypointExecutor`` at its defaults, 5 times with its backoff), and what
+pgqueuer does with a job whose worker is SIGKILLed mid-job.
 
 The server is ``RDQ_POSTGRES_DSN`` (or ``RDQ_DSN``), else the shared
 ``postgresql://postgres@127.0.0.1:5432/test``; each test installs pgqueuer in a schema
@@ -15,15 +17,19 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import version
+from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
 
 import psycopg
 import pytest
-from rdq_pgqueuer.deployed import FLAGS, InstallFailed, PgqueuerSystem
+from rdq_pgqueuer.deployed import FLAGS, InstallFailed, PgqueuerSystem, entrypoint_of
+from rdq_pgqueuer.deployed_app import RETRYING_ENTRYPOINT
 
 from rdq_compliance.deployed.faults import Fault
+from rdq_compliance.deployed.plan import make_plan
 from rdq_compliance.deployed.probe import Execution, read_probe
+from rdq_compliance.deployed.scenario import BUILTIN
 from rdq_compliance.deployed.system import DeployedSystem, JobSpec, declaration_problems
 from rdq_compliance.deployed.verdicts import RULES, Accepted, Drain, judge
 from rdq_compliance.provision.process import ManagedProcess
@@ -154,6 +160,33 @@ def test_the_declaration_is_complete_and_cites_the_pinned_release():
     assert all("/blob/v1.6.0/docs/" in s.allowed_by for s in fast.settings if s.changed)
     assert (defaults.recovery_after, fast.recovery_after) == (60.0, 20.0)
     assert defaults.execution_limit is None and fast.execution_limit is None
+    # a failing job is retried by DatabaseRetryEntrypointExecutor at its defaults (the retry
+    # guide's Parameters table), a budget set per entrypoint, not per job
+    executor = {
+        s.name.split(".", 1)[1]: (s.value, s.default, s.allowed_by)
+        for s in defaults.settings
+        if s.name.startswith("DatabaseRetryEntrypointExecutor.")
+    }
+    assert {k: v[:2] for k, v in executor.items()} == {
+        "max_attempts": ("5", "5"), "initial_delay": ("1s", "1s"),
+        "max_delay": ("300s", "300s"), "backoff_multiplier": ("2.0", "2.0"),
+    }  # fmt: skip
+    assert all("/blob/v1.6.0/docs/guides/retry.md#L106-L113" in v[2] for v in executor.values())
+    assert system.retries_per_job is False
+
+
+def test_the_standard_plans_fail_and_retry_jobs_ask_pgqueuers_own_budget():
+    """Every job of the standard scenario is one pgqueuer runs: its fail jobs go to the
+    retrying executor's entrypoint (asked no retry count of their own), none refused."""
+    system = PgqueuerSystem()
+    plan = make_plan(BUILTIN["standard"], 1, system=system, profile=system.profiles["fast"],
+                     server_faults=frozenset())  # fmt: skip
+    fails = [j for j in plan.jobs if j.behaviour == "fail"]
+    assert len(fails) == 8 and plan.substituted == ()
+    assert all(j.retries is None for j in plan.jobs)
+    assert any("retries: the library takes no retry count per job" in n for n in plan.notes)
+    assert {entrypoint_of(j) for j in fails} == {RETRYING_ENTRYPOINT}
+    assert [PgqueuerSystem._order(j).retries for j in fails] == [5] * 8
 
 
 def test_bad_input_is_refused_in_words_and_no_password_is_shown(tmp_path):
@@ -166,6 +199,8 @@ def test_bad_input_is_refused_in_words_and_no_password_is_shown(tmp_path):
         system.worker("w1", "fast", str(tmp_path / "probe"))
     with pytest.raises(InvalidArgument, match="'fail' with retries=2 has no pgqueuer meaning"):
         system.enqueue([JobSpec("k", "fail", retries=2)])
+    assert entrypoint_of(JobSpec("k", "fail", retries=0)) == "rdq_probe"
+    assert entrypoint_of(JobSpec("k", "fail", retries=5)) == RETRYING_ENTRYPOINT
     secret = "postgresql://postgres:s3cret-pw@127.0.0.1:1/test"
     with pytest.raises(InstallFailed) as refused:
         system.bind(secret, "rdq_unused", str(tmp_path), "fast")
@@ -223,7 +258,7 @@ def test_two_workers_run_every_behaviour_as_pgqueuer_documents(deployed):
     specs = [
         JobSpec("ok1"), JobSpec("ok2"),
         JobSpec("nap1", "sleep", seconds=0.5), JobSpec("nap2", "sleep", seconds=0.5),
-        JobSpec("bad1", "fail"), JobSpec("bad2", "fail"),
+        JobSpec("bad1", "fail", retries=0), JobSpec("bad2", "fail"),
         JobSpec("again", "retry", retries=2),
         JobSpec("park", "hold"),
         JobSpec("later", delay=2.0),
@@ -247,13 +282,18 @@ def test_two_workers_run_every_behaviour_as_pgqueuer_documents(deployed):
     assert outcomes == {
         "ok1": [(0, "succeeded")], "ok2": [(0, "succeeded")],
         "nap1": [(0, "succeeded")], "nap2": [(0, "succeeded")],
-        "bad1": [(0, "failed")], "bad2": [(0, "failed")],
+        "bad1": [(0, "failed")], "bad2": [(n, "failed") for n in range(6)],
         "again": [(0, "retry-asked"), (1, "retry-asked"), (2, "retry-asked")],
         "park": [(0, "held")], "later": [(0, "succeeded")],
     }  # fmt: skip
     assert {x.worker for r in runs.values() for x in r} <= {"w1", "w2"}
     # "deferred jobs are never picked early" (docs/guides/deferred-execution.md#L32-L34)
     assert runs[ids["later"]][0].started >= before + 2.0
+    # the retrying executor's backoff: each retry due 1, 2, 4, 8, 16 s after the failure
+    # before it (initial_delay 1s, backoff_multiplier 2.0, docs/guides/retry.md)
+    bad2 = runs[ids["bad2"]]
+    for n, (failed, retried) in enumerate(pairwise(bad2)):
+        assert failed.ended is not None and retried.started > failed.ended + 2**n
 
     final = deployed.system.final_states(list(ids.values()))
     verdicts = judge(

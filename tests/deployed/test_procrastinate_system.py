@@ -10,8 +10,8 @@ declaration, then its own workers on a real PostgreSQL.
   documented stalled-jobs recipe, once the dead worker's heartbeat is older than the
   profile's threshold, and runs again (attempt 1) on the other worker
   (https://procrastinate.readthedocs.io/en/3.10.0/howto/production/retry_stalled_jobs.html).
-- A defer the server did not take (a private PostgreSQL killed) is left out of the
-  answer, as not acknowledged; any other error of procrastinate's client is raised.
+- A defer the server did not take (a private PostgreSQL killed) raises procrastinate's
+  own error, as does any other error of its client: the system swallows none.
 
 Needs the PostgreSQL at ``RDQ_POSTGRES_DSN`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``), and PostgreSQL's binaries for the private
@@ -297,10 +297,13 @@ def test_an_error_other_than_an_unreachable_server_is_raised(campaign: Campaign)
     assert isinstance(raised.value.__cause__, psycopg.errors.UndefinedFunction)
 
 
-def test_defers_a_dead_server_did_not_take_are_left_out(tmp_path: Path) -> None:
+def test_a_defer_a_dead_server_did_not_take_raises_procrastinates_error(
+    tmp_path: Path,
+) -> None:
     """On a private PostgreSQL the kit starts (its local rung) and kills: the defer waits
-    for the client's pool (psycopg_pool's 30 s), that job and the rest are not
-    acknowledged, and the client defers again once the server is back."""
+    for the client's pool (psycopg_pool's 30 s) and raises procrastinate's
+    ``ConnectorException`` from psycopg's ``OperationalError`` (the campaign records it as
+    the job's refusal), and the client defers again once the server is back."""
     from rdq_compliance.provision.backend import ProvisionUnavailable
 
     try:
@@ -314,9 +317,18 @@ def test_defers_a_dead_server_did_not_take_are_left_out(tmp_path: Path) -> None:
         system.bind(server.dsn, server.create_namespace(), str(tmp_path), "fast")
         assert list(system.enqueue([JobSpec("before")])) == ["before"]
         server.kill()
-        assert system.enqueue([JobSpec("a"), JobSpec("b")]) == {}
+        with pytest.raises(ConnectorException) as refused:
+            system.enqueue([JobSpec("a"), JobSpec("b")])
+        assert isinstance(refused.value.__cause__, psycopg.OperationalError)
         server.restart()
-        taken = wait_for("a defer taken again", lambda: system.enqueue([JobSpec("after")]))
+
+        def defer_after() -> dict[str, str] | None:
+            try:
+                return dict(system.enqueue([JobSpec("after")]))
+            except ConnectorException:
+                return None  # the client's pool still reconnecting
+
+        taken = wait_for("a defer taken again", defer_after)
         assert list(taken) == ["after"]
         keys = [j.task_kwargs["key"] for j in system._open_client().job_manager.list_jobs()]
         assert sorted(keys) == ["after", "before"]

@@ -89,6 +89,7 @@ def test_what_a_declaration_lacks_is_reported() -> None:
         "toy==1.0: promise 'toy-at-least-once' lacks the library's words or a link",
         "toy==1.0: promise 'toy-at-least-once' names unknown rule 'no-such-rule'",
         "toy==1.0: promise 'toy-at-least-once' tolerates 'lost' under unknown causes ['meteor']",
+        "toy==1.0: no promise forbids 'never-ran'",
         "toy==1.0: no promise forbids 'ran-after-done'",
         "toy==1.0: no promise forbids 'handed-out-while-held'",
         "toy==1.0: no promise forbids 'superseded-outcome'",

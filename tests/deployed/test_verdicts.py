@@ -1,4 +1,4 @@
-"""Rules lost, ran-after-done, handed-out-while-held, superseded-outcome and stuck: each
+"""Rules lost, never-ran, ran-after-done, handed-out-while-held, superseded-outcome and stuck: each
 fails on a crafted history with a message naming the rule, the job and the workers, is a
 finding or a gap by the toy system's promises, and stays silent on the innocent history
 beside it; a history made from a correct serial schedule yields no verdict."""
@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from rdq_compliance.deployed.faults import Fault, true_time
 from rdq_compliance.deployed.probe import Execution
 from rdq_compliance.deployed.system import JobState, Promise
-from rdq_compliance.deployed.verdicts import Accepted, Drain, Verdict, judge, mark_known
+from rdq_compliance.deployed.verdicts import (
+    Accepted,
+    Drain,
+    Verdict,
+    judge,
+    mark_known,
+    settled_unseen,
+)
 from rdq_compliance.known_upstream import KnownUpstream
 from tests.deployed.toy_system import AT_LEAST_ONCE, DONE_IS_FINAL
 
@@ -94,6 +101,63 @@ def test_lost_after_a_kill_is_a_gap_where_a_promise_tolerates_it() -> None:
     # the same loss with no kill breaks the at-least-once promise
     (v,) = run(execs, {"j1": GONE}, promises=(at_most_once, *PROMISES))
     assert v.kind == "finding" and v.promise == AT_LEAST_ONCE
+
+
+# ---- never-ran ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [FINISHED, FAILED, HELD])
+def test_never_ran_one_job_settled_that_the_probe_never_saw_start(state: JobState) -> None:
+    """Two jobs accepted, one run and finished; the other settled by the library with no
+    execution journalled: one verdict, on that job alone, naming its state in the
+    library's words."""
+    execs = [ex("e1", "j1", "w1", 1, 2, "succeeded")]
+    accepted = [Accepted("j1", 0.5), Accepted("j2", 0.7)]
+    got = run(execs, {"j1": FINISHED, "j2": state}, accepted=accepted)
+    (v,) = got
+    assert_names(v, "never-ran", "j2", [])
+    assert v.kind == "finding" and v.promise == AT_LEAST_ONCE and v.executions == ()
+    assert (
+        f"accepted at 0.700, {state.state} by the end of the drain (100.000; the library "
+        f"says {state.words!r}), yet no execution of it was journalled: the library settled "
+        "it without the probe's handler ever starting it"
+    ) in v.message
+    assert "finding: breaks promise 'toy-at-least-once'" in v.message
+    assert settled_unseen(execs, accepted, {"j1": FINISHED, "j2": state}) == [accepted[1]]
+
+
+@pytest.mark.parametrize("state", [WAITING, RUNNING, GONE])
+def test_never_ran_only_judges_a_job_the_library_settled(state: JobState) -> None:
+    """A job not settled is lost or stuck, or still running: never-ran says nothing."""
+    got = run([], {"j1": state}, accepted=[Accepted("j1", 0.0)])
+    assert only(got, "never-ran") == []
+    assert settled_unseen([], [Accepted("j1", 0.0)], {"j1": state}) == []
+
+
+def test_never_ran_is_silent_once_any_run_of_the_job_was_seen() -> None:
+    """A run that never ended (its worker killed) is still a run the probe saw; and a job
+    the library never accepted is not judged."""
+    execs = [ex("e1", "j1", "w1", 1, None)]
+    kill = Fault("kill", 1.5, 2.0, targets=("w1",))
+    assert only(run(execs, {"j1": FAILED}, faults=[kill]), "never-ran") == []
+    assert run([], {"j9": FINISHED}, accepted=[]) == []
+
+
+def test_never_ran_under_a_kill_is_a_gap_where_a_promise_tolerates_it() -> None:
+    """A worker killed after it took the job and before its handler started, the library
+    then failing the job: within a promise that says so, a finding where none does."""
+    fails_killed = Promise(
+        "toy-killed-fails", "A job whose worker is killed ends up failed.",
+        "https://toy.invalid/killed", tolerates={"never-ran": frozenset({"kill"})},
+    )  # fmt: skip
+    kill = Fault("kill", 3.0, 4.0, targets=("w2",))
+    accepted = [Accepted("j1", 1.0)]
+    (v,) = run([], {"j1": FAILED}, faults=[kill], accepted=accepted,
+               promises=(fails_killed, *PROMISES))  # fmt: skip
+    assert v.rule == "never-ran" and v.kind == "gap" and v.promise == fails_killed
+    assert v.causes == (kill.describe(),)
+    (v,) = run([], {"j1": FAILED}, accepted=accepted, promises=(fails_killed, *PROMISES))
+    assert v.kind == "finding" and v.promise == AT_LEAST_ONCE and v.causes == ()
 
 
 # ---- ran-after-done -----------------------------------------------------------------------

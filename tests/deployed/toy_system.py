@@ -25,7 +25,9 @@ AT_LEAST_ONCE = Promise(
     link=f"{DOCS}/reliability.html#at-least-once",
     delivery="at-least-once",
     recovery="a worker silent for the heartbeat timeout is declared dead; its jobs are requeued",
-    forbids=frozenset({"lost", "handed-out-while-held", "superseded-outcome", "stuck"}),
+    forbids=frozenset(
+        {"lost", "never-ran", "handed-out-while-held", "superseded-outcome", "stuck"}
+    ),
     tolerates={
         "handed-out-while-held": frozenset(
             {"kill", "pause", "cut", "partition", "server-freeze", "over-limit"}

@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import redis
 from dramatiq import Actor
 from dramatiq.brokers.redis import (
     DEFAULT_HEARTBEAT_TIMEOUT,
@@ -94,7 +93,7 @@ PROMISES: tuple[Promise, ...] = (
             "other broker on the same queue runs maintenance with odds maintenance_chance "
             "in a million and requeues the offline broker's unacked messages"
         ),
-        forbids=frozenset({"lost", "stuck"}),
+        forbids=frozenset({"lost", "stuck", "never-ran"}),
     ),
     Promise(
         id="dramatiq-persistence",
@@ -356,12 +355,9 @@ class DramatiqSystem:
         for job in jobs:
             options = {} if job.retries is None else {"max_retries": job.retries}
             delay = round(job.delay * _MS) if job.delay > 0 else None
-            try:
-                message = actor.send_with_options(
-                    args=(job.behaviour, job.seconds), delay=delay, **options
-                )
-            except (redis.ConnectionError, redis.TimeoutError):
-                continue  # not acknowledged: left out of the answer
+            message = actor.send_with_options(
+                args=(job.behaviour, job.seconds), delay=delay, **options
+            )
             out[job.key] = message.message_id
         return out
 

@@ -16,7 +16,15 @@ schema ``pgq install`` makes, pgqueuer's own client.
 - **Install** (:meth:`PgqueuerSystem.bind`): ``pgq install`` with those variables.
 - **Enqueue**: ``SyncQueries.enqueue`` over ``SyncPsycopgDriver`` (pgqueuer's synchronous
   client: the same insert as ``Queries.enqueue``); the job id it returns is the id the
-  probe journals. Delay: ``execute_after``; priority 0 (the default).
+  probe journals. Delay: ``execute_after``; priority 0 (the default). The entrypoint
+  says what pgqueuer does with a failure (:mod:`rdq_pgqueuer.deployed_app`): a ``fail``
+  job goes to the one whose executor is ``DatabaseRetryEntrypointExecutor`` at its
+  defaults (retried 5 times, then logged ``exception``), or, asking 0 retries, to the
+  default executor's (not retried). pgqueuer sets that budget per entrypoint, not per job
+  (``retries_per_job = False``: the plan's ``fail`` and ``retry`` jobs ask for none); a
+  ``retry`` job's handler counts its own (``job.attempts``, 5 when none is asked).
+  A client error is raised as pgqueuer's client raises it (a connection lost is closed
+  first, so the next call connects again).
 - **Final states**: what a pgqueuer user reads: the queue table (``queued``, ``picked``,
   ``failed`` = held) and, for a job gone from it, its last terminal row in the log table
   (``successful``, ``exception``, ``canceled``, ``deleted``). The statistics table keeps
@@ -57,9 +65,16 @@ from rdq_compliance.deployed.system import (
 )
 from rdq_core.errors import InvalidArgument, RdqError
 from rdq_core.masking import mask_dsn
-from rdq_pgqueuer.deployed_app import DEFAULT_RETRIES, ENTRYPOINT, HOLD_ENTRYPOINT, Order
+from rdq_pgqueuer.deployed_app import (
+    DEFAULT_RETRIES,
+    ENTRYPOINT,
+    HOLD_ENTRYPOINT,
+    RETRYING_DEFAULTS,
+    RETRYING_ENTRYPOINT,
+    Order,
+)
 
-__all__ = ["InstallFailed", "PgqueuerSystem"]
+__all__ = ["InstallFailed", "PgqueuerSystem", "entrypoint_of"]
 
 VERSION = "1.6.0"
 DOCS = f"https://github.com/janbjorge/pgqueuer/blob/v{VERSION}/docs"
@@ -80,7 +95,7 @@ AT_LEAST_ONCE = Promise(
     recovery="the job stays 'picked'; once its heartbeat is older than heartbeat_timeout the "
     "next dequeue of any worker re-picks it (an idle worker dequeues on a NOTIFY, at the "
     "latest after dequeue_timeout)",
-    forbids=frozenset({"lost"}),
+    forbids=frozenset({"lost", "never-ran"}),
     # Completion is the outcome written to the database, after the handler returned (the
     # buffer above): a kill in between re-delivers a job whose handler already ended.
     tolerates={"ran-after-done": frozenset({"kill"})},
@@ -170,6 +185,15 @@ RETRY = Promise(
     link=f"{DOCS}/guides/retry.md#L8-L17",
     forbids=frozenset({"lost"}),
 )
+RETRY_EXECUTOR = Promise(
+    id="pgqueuer-retry-executor",
+    quote=(
+        "After `max_attempts` consecutive failures, the original exception propagates as a "
+        "terminal failure (the job is deleted and logged with status `exception`)."
+    ),
+    link=f"{DOCS}/guides/retry.md#L100-L101",
+    forbids=frozenset({"ran-after-done", "lost"}),
+)
 DURABLE = Promise(
     id="pgqueuer-durable-tables",
     quote="`durable` *(default)*: All tables are logged: full crash recovery.",
@@ -184,6 +208,18 @@ FLAGS = {_HEARTBEAT: "--heartbeat-timeout", _DEQUEUE: "--dequeue-timeout"}
 _CLI = f"{DOCS}/reference/cli.md#L403-L419"
 
 
+_RETRY_PARAMETERS = f"{DOCS}/guides/retry.md#L106-L113"
+#: Each ``DatabaseRetryEntrypointExecutor`` parameter's line of the retry guide's table.
+_RETRY_DOCS = {
+    "max_attempts": "`max_attempts` | `int` | `5` | Maximum retries before the exception "
+    "becomes terminal",
+    "initial_delay": "`initial_delay` | `timedelta` | `1s` | Delay before the first retry",
+    "max_delay": "`max_delay` | `timedelta` | `5m` | Cap on exponential backoff",
+    "backoff_multiplier": "`backoff_multiplier` | `float` | `2.0` | Multiplier applied to "
+    "delay after each attempt",
+}
+
+
 def _defaults() -> tuple[Setting, ...]:
     return (
         Setting(_HEARTBEAT, "30", "30", f"`--heartbeat-timeout` default 30.0 ({_CLI})"),
@@ -192,7 +228,15 @@ def _defaults() -> tuple[Setting, ...]:
         Setting("max_concurrent_tasks", "None", "None", f"unlimited by default ({_CLI})"),
         Setting("restart_on_failure", "False", "False", f"off by default ({_CLI})"),
         Setting("concurrency_limit", "0", "0", f"{DOCS}/getting-started/core-concepts.md#L56-L62"),
-    )
+        # the executor of the entrypoint a failing job is retried on, every setting its own
+        *(
+            Setting(
+                f"DatabaseRetryEntrypointExecutor.{name}", value, value,
+                f'"{_RETRY_DOCS[name]}" ({_RETRY_PARAMETERS})',
+            )
+            for name, value in RETRYING_DEFAULTS.items()
+        ),
+    )  # fmt: skip
 
 
 def _fast() -> tuple[Setting, ...]:
@@ -233,6 +277,17 @@ _LOG_STATES: dict[str, NeutralState] = {"successful": "finished", "exception": "
                                         "canceled": "unknown", "deleted": "unknown"}  # fmt: skip
 
 
+def entrypoint_of(job: JobSpec) -> str:
+    """The entrypoint a job goes to: ``hold`` to the holding one; ``fail`` asking
+    pgqueuer's retries (none named, or the executor's ``max_attempts``) to the retrying
+    one; every other job to the default one."""
+    if job.behaviour == "hold":
+        return HOLD_ENTRYPOINT
+    if job.behaviour == "fail" and job.retries != 0:
+        return RETRYING_ENTRYPOINT
+    return ENTRYPOINT
+
+
 class InstallFailed(RdqError):
     """``pgq install`` did not install pgqueuer's schema."""
 
@@ -253,8 +308,11 @@ class PgqueuerSystem:
              "outcomes; each job a task, the probe's body in a thread (asyncio.to_thread)"),
     )  # fmt: skip
     promises = (AT_LEAST_ONCE, STALLED_WORKER, LIVE_JOB_KEPT, RECOVERY, TERMINAL,
-                FAILURE_NOT_RETRIED, HELD, RETRY, DURABLE)  # fmt: skip
+                FAILURE_NOT_RETRIED, HELD, RETRY, RETRY_EXECUTOR, DURABLE)  # fmt: skip
     profiles: Mapping[str, Profile] = PROFILES
+    #: pgqueuer retries a failing job by its entrypoint's executor (``max_attempts``), the
+    #: same budget for every job of the entrypoint.
+    retries_per_job = False
 
     def __init__(self) -> None:
         self._dsn = ""
@@ -334,14 +392,14 @@ class PgqueuerSystem:
         try:
             queries = SyncQueries(SyncPsycopgDriver(self._connection()), qbq=builder)
             ids = queries.enqueue(
-                [HOLD_ENTRYPOINT if j.behaviour == "hold" else ENTRYPOINT for j in jobs],
+                [entrypoint_of(j) for j in jobs],
                 [o.encode() for o in orders],
                 [0] * len(jobs),
                 [timedelta(seconds=j.delay) if j.delay > 0 else None for j in jobs],
             )
         except psycopg.OperationalError:
-            self.close()  # not acknowledged; the next call connects again
-            return {}
+            self.close()  # the next call connects again
+            raise
         return {j.key: str(i) for j, i in zip(jobs, ids, strict=True)}
 
     def final_states(self, job_ids: Sequence[str]) -> Mapping[str, JobState]:
@@ -375,11 +433,13 @@ class PgqueuerSystem:
     def _order(job: JobSpec) -> Order:
         if job.behaviour not in PgqueuerSystem.behaviours:
             raise InvalidArgument(f"job {job.key!r}: unknown behaviour {job.behaviour!r}")
-        if job.behaviour != "retry" and job.retries:
+        if job.behaviour != "retry" and job.retries not in (None, 0, DEFAULT_RETRIES):
             raise InvalidArgument(
-                f"job {job.key!r}: pgqueuer retries a job only when its handler raises "
-                f"RetryRequested (behaviour 'retry'); {job.behaviour!r} with retries="
-                f"{job.retries} has no pgqueuer meaning"
+                f"job {job.key!r}: pgqueuer retries a failing job by its entrypoint's "
+                f"executor, {DEFAULT_RETRIES} times (DatabaseRetryEntrypointExecutor's "
+                f"max_attempts), or not at all (the default executor), the same for every job "
+                f"of the entrypoint; {job.behaviour!r} with retries={job.retries} has no "
+                "pgqueuer meaning"
             )
         retries = DEFAULT_RETRIES if job.retries is None else job.retries
         return Order(job.behaviour, job.seconds, retries)

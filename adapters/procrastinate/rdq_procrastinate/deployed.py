@@ -35,8 +35,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import procrastinate
-import psycopg
-from procrastinate.exceptions import ConnectorException
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rdq_postgres.connection import default_application_name
 from rdq_postgres.schema import schema_name
@@ -116,7 +114,7 @@ DEFER = Promise(
     quote="Defer: The action of instantiating a task and registering it for later execution "
     "by a worker.",
     link=f"{DOCS}/glossary.html",
-    forbids=frozenset({"lost"}),
+    forbids=frozenset({"lost", "never-ran"}),
 )
 SCHEDULE = Promise(
     id="procrastinate-schedule",
@@ -286,10 +284,9 @@ class ProcrastinateSystem:
         return WorkerLaunch(tuple(argv), env, str(self._workdir))
 
     def enqueue(self, jobs: Sequence[JobSpec]) -> Mapping[str, str]:
-        """Defer each job with procrastinate's client, in order. Once the server is out of
-        reach (procrastinate's ``ConnectorException`` from a psycopg ``OperationalError``,
-        a pool timeout among them) that job and the rest are not acknowledged: left out of
-        the answer. Any other error is raised."""
+        """Defer each job with procrastinate's client, in order. procrastinate's errors are
+        raised as its client raises them (a server out of reach: ``ConnectorException``
+        from a psycopg ``OperationalError``, a pool timeout among them)."""
         client = self._open_client()
         unknown = sorted({j.behaviour for j in jobs} - self.behaviours)
         if unknown:
@@ -301,14 +298,9 @@ class ProcrastinateSystem:
         for job in jobs:
             options = {"schedule_in": {"seconds": job.delay}} if job.delay > 0 else {}
             deferrer = client.configure_task(name=PROBE_TASK, **options)  # type: ignore[arg-type]
-            try:
-                job_id = deferrer.defer(
-                    key=job.key, behaviour=job.behaviour, seconds=job.seconds, retries=job.retries
-                )
-            except ConnectorException as exc:
-                if isinstance(exc.__cause__, psycopg.OperationalError):
-                    break
-                raise
+            job_id = deferrer.defer(
+                key=job.key, behaviour=job.behaviour, seconds=job.seconds, retries=job.retries
+            )
             out[job.key] = str(job_id)
         return out
 

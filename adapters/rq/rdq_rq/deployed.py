@@ -121,7 +121,9 @@ ABANDONED = Promise(
     },
 )
 #: kill -9: the job of a killed worker ends up failed; the kill may "lead to damage" (an
-#: outcome the handler reached but rq never recorded, so the job runs again).
+#: outcome the handler reached but rq never recorded, so the job runs again). A worker
+#: killed after it took a job and before its horse started the handler leaves a job rq
+#: fails the same way, never run.
 KILLED = Promise(
     id="rq-killed-worker",
     quote="However, workers can be killed forcefully by `kill -9`, which will not give the "
@@ -134,7 +136,7 @@ KILLED = Promise(
     "its job failed ('Work-horse terminated unexpectedly', rq/worker/worker_classes.py"
     "#L139-L151), or re-enqueued while its Retry has retries left",
     forbids=frozenset({"lost", "stuck"}),
-    tolerates={"ran-after-done": frozenset({"kill"})},
+    tolerates={"ran-after-done": frozenset({"kill"}), "never-ran": frozenset({"kill"})},
 )
 #: Delayed jobs: a scheduler dies, another worker's takes over.
 SCHEDULER = Promise(
@@ -159,7 +161,7 @@ LIFECYCLE = Promise(
     "created. [...] `finished`: The job has finished execution and is available through the "
     "finished job registry.",
     link=f"{DOCS}/jobs.md#the-job-lifecycle",
-    forbids=frozenset({"ran-after-done"}),
+    forbids=frozenset({"ran-after-done", "never-ran"}),
 )
 RETRIES = Promise(
     id="rq-retry",
@@ -356,11 +358,12 @@ class RqSystem:
         """rq's ``Queue.enqueue`` (``enqueue_in`` for a delay) of the probe with job id
         ``<namespace>-<key>`` and ``unique=True`` (docs/docs/index.md "Unique Jobs": a
         second enqueue of an id raises ``DuplicateJobError`` instead of overwriting it).
-        ``retries`` n >= 1 of a ``fail``/``succeed``/``sleep`` job is ``retry=Retry(max=n)``;
-        a ``retry`` job returns ``Retry(max=n)`` itself and needs n >= 1 (``Retry`` refuses
-        less, rq/job.py#L1932). rq's errors are raised as they come."""
+        ``retries`` n of a ``fail``/``succeed``/``sleep`` job is ``retry=Retry(max=n)`` (none
+        for 0); a ``retry`` job returns ``Retry(max=n)`` itself, which rq refuses for n < 1
+        (``ValueError``, rq/job.py#L1932: the job fails when it asks). rq's errors are raised
+        as they come (a job id rq refuses among them, rq/job.py#L86-L87)."""
         queue = self._bound()[1]
-        plan = [(spec, self._job_id(spec.key), self._retries(spec)) for spec in jobs]
+        plan = [(spec, f"{self._namespace}-{spec.key}", self._retries(spec)) for spec in jobs]
         out: dict[str, str] = {}
         for spec, job_id, retries in plan:
             options: dict[str, object] = {"job_id": job_id, "unique": True}
@@ -411,27 +414,10 @@ class RqSystem:
             raise ValueError(f"{self.name}: no profile {profile!r} (known: {known})")
         return self.profiles[profile]
 
-    def _job_id(self, key: str) -> str:
-        job_id = f"{self._namespace}-{key}"
-        if not _JOB_ID.fullmatch(job_id):
-            raise ValueError(
-                f"job key {key!r}: rq job ids take only letters, digits, '_' and '-' "
-                f"({CODE}/job.py#L55)"
-            )
-        return job_id
-
     def _retries(self, spec: JobSpec) -> int:
         if spec.behaviour not in self.behaviours:
             raise ValueError(
                 f"{self.name} cannot run behaviour {spec.behaviour!r} (it runs "
                 f"{sorted(self.behaviours)})"
             )
-        retries = spec.retries or 0
-        if spec.behaviour == "retry" and retries < 1:
-            raise ValueError(
-                f"job {spec.key!r}: a retry job returns rq's Retry(max=retries), which needs "
-                f"retries >= 1 ({CODE}/job.py#L1932), not {spec.retries!r}"
-            )
-        if retries < 0:
-            raise ValueError(f"job {spec.key!r}: retries >= 0, not {spec.retries!r}")
-        return retries
+        return spec.retries or 0
