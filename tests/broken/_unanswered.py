@@ -31,7 +31,10 @@ a timeout); a paused worker makes no call; a frozen server (frozen past 1.5 leas
 every shipped freeze is) hangs everybody, so no reclaim happens before the fabricated
 expiry has passed. A partition of one worker from a running server does: the checker then
 finds a claim made while the history says the previous holder's lease was still extended
-(rule ``lease-respected``, or ``one-claim``), naming the task and both workers. Victims
+(rule ``lease-respected``, or ``one-claim``), naming the task and both workers. The
+expiry it returns is the client's estimate (the storage time of the last answer plus the
+time since, on the client's clock), off by that answer's latency: rule ``storage-clock``
+may name it too, when the latency passes that rule's margin. Victims
 (tasks whose heartbeat was taken as applied): ``$RDQ_PARTITION_VICTIMS``.
 
 The victims files (``task id`` per line) let a test check that the violation the checker

@@ -375,6 +375,11 @@ def test_only_a_partition_exposes_a_timed_out_heartbeat_taken_as_applied(
     found = [v for v in result.violations if v.rule in campaign.rules]
     others = {v.rule for v in result.violations} - set(campaign.within or campaign.rules)
     assert not others, f"unexpected rules {others}; {where}"
+    beside = [x for x in result.violations if x.rule not in campaign.rules]
+    assert all(x.task in taken for x in beside), (
+        "a violation beside the campaign's rules on a task whose heartbeat was not taken "
+        f"as applied: {[x.message[:300] for x in beside if x.task not in taken]}; {where}"
+    )
     v = next((x for x in found if x.task in taken), found[0])
     assert v.task in taken and v.task in v.message, f"{v.message[:400]}; victims {sorted(taken)}"
     assert len(v.workers) >= 2 and all(w in v.message for w in v.workers), v.message[:400]
