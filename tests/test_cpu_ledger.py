@@ -19,6 +19,12 @@ TESTS = f'''
 import subprocess, sys, time
 
 SPIN = {SPIN!r}
+#: the child sleeps until the process that started it is gone (an xdist worker may run
+#: test_zz on another process, which cannot end this child)
+OUTLIVE_NOT = (
+    "import os, time\\nparent = os.getppid()\\n"
+    "while os.getppid() == parent:\\n    time.sleep(0.2)\\n"
+)
 _left = []
 
 
@@ -28,7 +34,7 @@ def test_spins_in_a_reaped_child():
 
 def test_spins_in_a_child_alive_at_its_end():
     child = subprocess.Popen(
-        [sys.executable, "-c", SPIN + "print('done', flush=True)\\nimport time\\ntime.sleep(600)"],
+        [sys.executable, "-c", SPIN + "print('done', flush=True)\\n" + OUTLIVE_NOT],
         stdout=subprocess.PIPE, text=True,
     )
     _left.append(child)
