@@ -12,6 +12,7 @@ import pytest
 
 from rdq_compliance.chaos.checker import FinalState, check
 from rdq_compliance.chaos.events import Journal, read_history
+from tests._waiting import HANG_S
 from tests.broken import memory as broken
 from tests.chaos.crafted_history import clean
 
@@ -75,9 +76,13 @@ def real_run(tmp_path: Path, store_cls: type) -> tuple[list[dict[str, Any]], Fin
     try:
         for _ in range(3):  # leases expire under running handlers
             time.sleep(0.25)
+            deadline = time.monotonic() + HANG_S
+            while not store.stats("q").in_flight:  # a jump with no claim held expires none
+                assert time.monotonic() < deadline, "no claim was held for the clock jump"
+                time.sleep(0.005)
             offset[0] += timedelta(seconds=1)
             harness.write("info", "fault", kind="clock_jump", target="server")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S  # the drain ends when the queue is empty
         drained = False
         while time.monotonic() < deadline:
             stats = store.stats("q")
@@ -88,7 +93,7 @@ def real_run(tmp_path: Path, store_cls: type) -> tuple[list[dict[str, Any]], Fin
     finally:
         stop.set()
         for t in threads:
-            t.join(30)
+            t.join(HANG_S)
     for j in [harness, *journals]:
         j.close()
     events = read_history(tmp_path.glob("*.jsonl"))
