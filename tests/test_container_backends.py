@@ -56,7 +56,7 @@ def _in_ci() -> bool:
 
 def _require_image(server: str) -> None:
     """Skip (fail under ``CI=true``) when Docker does not answer or the image is missing."""
-    reason = docker_unavailable_reason(timeout=5.0)
+    reason = docker_unavailable_reason(timeout=HANG_S)
     if reason is None:
         import docker.errors
 

@@ -28,6 +28,7 @@ from rdq_dramatiq.storage import DramatiqStorage
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask, Status
 from tests._ci import missing
+from tests._waiting import HANG_S
 
 DSN = os.environ.get("RDQ_REDIS_DSN") or os.environ.get("RDQ_DSN") or "redis://127.0.0.1:6379/0"
 LEASE = timedelta(seconds=30)
@@ -36,7 +37,7 @@ LEASE = timedelta(seconds=30)
 @pytest.fixture
 def opened() -> Iterator[DramatiqStorage]:
     """A storage on a namespace of its own; its keys are deleted afterwards."""
-    plain = redis.Redis.from_url(parse_dsn(DSN).url, socket_connect_timeout=3)
+    plain = redis.Redis.from_url(parse_dsn(DSN).url, socket_connect_timeout=HANG_S)
     try:
         plain.ping()
     except redis.RedisError as exc:

@@ -66,7 +66,7 @@ TRIES = 2
 
 def _server_answers() -> str | None:
     try:
-        with psycopg.connect(dsns.split(DSN)[0], connect_timeout=3) as conn:
+        with psycopg.connect(dsns.split(DSN)[0], connect_timeout=int(HANG_S)) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         return str(exc).strip() or type(exc).__name__

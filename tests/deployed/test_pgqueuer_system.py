@@ -49,7 +49,7 @@ FINAL = ("finished", "failed-for-good", "held")
 
 def _server_answers() -> str | None:
     try:
-        with psycopg.connect(DSN, connect_timeout=3) as conn:
+        with psycopg.connect(DSN, connect_timeout=int(HANG_S)) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         return str(exc).strip() or type(exc).__name__

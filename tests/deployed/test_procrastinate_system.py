@@ -98,7 +98,7 @@ class Campaign:
 @pytest.fixture
 def campaign(tmp_path: Path) -> Iterator[Campaign]:
     try:
-        psycopg.connect(PG_DSN, connect_timeout=3).close()
+        psycopg.connect(PG_DSN, connect_timeout=int(HANG_S)).close()
     except psycopg.Error as exc:
         missing(f"no PostgreSQL answers at RDQ_POSTGRES_DSN / default {PG_DSN!r}: {exc}")
     server = load_backend("postgres").provision(ProvisionRequest(workdir=tmp_path, dsn=PG_DSN))
