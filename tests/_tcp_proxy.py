@@ -6,8 +6,9 @@ outcome *unknown*. ``drop_next_reply()`` forwards the next request as usual but 
 the client's connection instead of passing the reply on; ``drop_next_reply(when=...)``
 does so only for a request whose bytes satisfy the predicate (so a driver's background
 traffic — heartbeats on other connections, say — is not what gets dropped), and
-``count=N`` drops that many replies in a row. ``hold_replies(seconds)`` delays every
-reply (a caller with a shorter timeout gives up while the server has acted).
+``count=N`` drops that many replies in a row. ``hold_replies(seconds)`` holds every
+reply for ``seconds`` or until ``hold_replies(0)`` lets them pass (a caller with a shorter
+timeout gives up while the server has acted).
 ``rewrite`` (bytes -> bytes), when set, is applied to every request chunk before it is
 forwarded (a test may make the server see something else than the caller sent).
 ``refuse()`` closes new connections at once (the server looks down from the caller).
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Callable
 
 __all__ = ["ReplyLosingProxy"]
@@ -40,6 +40,8 @@ class ReplyLosingProxy:
         self._to_drop = 0
         self._when: Predicate | None = None
         self.hold = 0.0
+        self._passing = threading.Event()  # cleared while replies are held
+        self._passing.set()
         self.rewrite: Callable[[bytes], bytes] | None = None
         #: replies dropped so far, and the requests whose replies they were
         self.dropped = 0
@@ -59,7 +61,13 @@ class ReplyLosingProxy:
             self._to_drop, self._when = count, when
 
     def hold_replies(self, seconds: float) -> None:
+        """Hold every reply for up to ``seconds`` (0: let every reply pass, the held ones
+        included)."""
         self.hold = seconds
+        if seconds:
+            self._passing.clear()
+        else:
+            self._passing.set()
 
     def refuse(self, refusing: bool = True) -> None:
         """Close new connections at once (``False``: accept them again)."""
@@ -119,7 +127,7 @@ class ReplyLosingProxy:
                 elif self._take_drop(last[0]):
                     break
                 elif self.hold:
-                    time.sleep(self.hold)
+                    self._passing.wait(self.hold)
                 dst.sendall(data)
         except OSError:
             pass

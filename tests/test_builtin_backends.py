@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 
 from rdq_compliance.plugin import SUITE_DIR
+from tests._waiting import HANG_S
 
 PG_DSN = (
     os.environ.get("RDQ_POSTGRES_DSN")
@@ -102,7 +103,7 @@ def _redis_answers() -> str | None:
     """Why the given Redis server cannot serve the run, or ``None``."""
     import redis
 
-    client = redis.Redis.from_url(REDIS_DSN, socket_connect_timeout=3, socket_timeout=3)
+    client = redis.Redis.from_url(REDIS_DSN, socket_connect_timeout=HANG_S, socket_timeout=HANG_S)
     try:
         client.ping()
     except redis.RedisError as exc:
@@ -130,7 +131,7 @@ def _postgres_answers() -> str | None:
     import psycopg
 
     try:
-        psycopg.connect(PG_DSN, connect_timeout=3).close()
+        psycopg.connect(PG_DSN, connect_timeout=int(HANG_S)).close()
     except psycopg.Error as exc:
         return f"no PostgreSQL answers at RDQ_POSTGRES_DSN / default {PG_DSN!r}: {exc}"
     return None

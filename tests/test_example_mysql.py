@@ -25,6 +25,7 @@ import pytest
 
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 from tests._ci import missing
+from tests._waiting import HANG_S
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rdq-mysql"
 DSN = os.environ.get("RDQ_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
@@ -226,7 +227,7 @@ def test_the_local_server_keeps_its_temporary_tables_to_itself(tmp_path):
         _need(False, f"no local mariadbd/mysqld: {exc}")
     try:
         port = int(server.dsn.rsplit(":", 1)[1].split("/")[0])
-        conn = pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=5)
+        conn = pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=HANG_S)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT @@tmpdir")

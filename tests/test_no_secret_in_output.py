@@ -37,6 +37,7 @@ import pytest
 from tests._ci import missing
 from tests._paths import ROOT, pythonpath
 from tests._ports import closed_port, reserved_port
+from tests._waiting import HANG_S
 
 EXAMPLE = ROOT / "examples" / "rdq-mysql"
 TINY = ROOT / "tests" / "chaos" / "tiny.toml"
@@ -179,7 +180,8 @@ def _mysql(secret: str) -> Iterator[SecretServer]:
         root.close()
 
 
-def _wait_port(port: int, timeout: float = 15.0) -> None:
+def _wait_port(port: int, timeout: float = HANG_S) -> None:
+    """Until something listens on ``port``; ``timeout`` is a hang guard."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:

@@ -53,6 +53,7 @@ import pytest
 from rdq_compliance import rules
 from tests._ci import missing
 from tests._proof import Proof
+from tests._waiting import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "findings" / "dramatiq"
@@ -461,7 +462,7 @@ def _need_servers() -> None:
     import redis
 
     try:
-        redis.Redis.from_url(DSN, socket_connect_timeout=3).ping()
+        redis.Redis.from_url(DSN, socket_connect_timeout=HANG_S).ping()
     except redis.RedisError as exc:
         missing(f"no Redis answers at RDQ_REDIS_DSN / default {DSN!r}: {exc}")
     if shutil.which("redis-server") is None:

@@ -28,6 +28,7 @@ from rdq_dramatiq.storage import DramatiqStorage
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask, Status
 from tests._ci import missing
+from tests._waiting import HANG_S
 
 DSN = os.environ.get("RDQ_REDIS_DSN") or os.environ.get("RDQ_DSN") or "redis://127.0.0.1:6379/0"
 LEASE = timedelta(seconds=30)
@@ -36,7 +37,7 @@ LEASE = timedelta(seconds=30)
 @pytest.fixture
 def opened() -> Iterator[DramatiqStorage]:
     """A storage on a namespace of its own; its keys are deleted afterwards."""
-    plain = redis.Redis.from_url(parse_dsn(DSN).url, socket_connect_timeout=3)
+    plain = redis.Redis.from_url(parse_dsn(DSN).url, socket_connect_timeout=HANG_S)
     try:
         plain.ping()
     except redis.RedisError as exc:
@@ -220,7 +221,7 @@ def test_a_failed_promotion_enqueue_gives_the_other_held_messages_back(opened, m
     consumer closes and requeues the delayed messages it still holds; the one being
     promoted stays in the ack set (popped from memory, as ``iter_queue`` pops it)."""
     _delayed(opened, 3000, 3_600_000)
-    time.sleep(3.2)
+    time.sleep(3.2)  # past the 3 s delay (a sleep lasts at least this long)
 
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise redis.ConnectionError("Connection refused")
@@ -235,7 +236,7 @@ def test_a_timed_out_promotion_ack_is_logged_and_the_promotions_go_on(opened, mo
     """The ack of a promoted original times out: ``post_process_message`` logs it and
     returns, so the next due message is promoted too, and both copies are claimable."""
     ids = _delayed(opened, 3000, 3000)
-    time.sleep(3.2)
+    time.sleep(3.2)  # past the 3 s delay (a sleep lasts at least this long)
     left = _failing(
         opened, monkeypatch, lambda c, q: c == "ack" and q == "q.DQ", redis.TimeoutError()
     )

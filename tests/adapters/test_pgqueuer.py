@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
 import threading
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +51,7 @@ from rdq_core.errors import BackendUnavailable
 from rdq_core.model import ErrorInfo, NewTask, Outcome, Status
 from tests._ci import missing
 from tests._proof import AttemptResult, Proof, run_seeds, seeds_from
+from tests._waiting import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "findings" / "pgqueuer"
@@ -65,7 +66,7 @@ TRIES = 2
 
 def _server_answers() -> str | None:
     try:
-        with psycopg.connect(dsns.split(DSN)[0], connect_timeout=3) as conn:
+        with psycopg.connect(dsns.split(DSN)[0], connect_timeout=int(HANG_S)) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         return str(exc).strip() or type(exc).__name__
@@ -291,7 +292,10 @@ def test_a_session_ended_while_idle_fails_the_next_call_as_pgqueuer_would(dsn, t
                     (f"rdq:{namespace}",),
                 ).fetchone()
             assert ended is not None and ended[0] == 1
-            time.sleep(0.5)  # the termination notice reaches the idle socket
+            # the termination notice reaches the idle socket (the wait ends when it does)
+            assert storage._conn is not None
+            readable, _, _ = select.select([storage._conn.fileno()], [], [], HANG_S)
+            assert readable, "the server's termination notice never arrived"
             with pytest.raises(BackendUnavailable):
                 storage.get("a")
             assert storage.get("a").status is Status.PENDING

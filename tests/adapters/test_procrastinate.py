@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from tests._ci import missing
+from tests._waiting import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "findings" / "procrastinate"
@@ -61,7 +62,7 @@ def _need_postgres() -> None:
     import psycopg
 
     try:
-        psycopg.connect(PG_DSN, connect_timeout=3).close()
+        psycopg.connect(PG_DSN, connect_timeout=int(HANG_S)).close()
     except psycopg.Error as exc:
         missing(f"no PostgreSQL answers at RDQ_POSTGRES_DSN / default {PG_DSN!r}: {exc}")
 

@@ -48,6 +48,7 @@ from rdq_core.errors import InvalidArgument  # noqa: E402
 from rdq_core.model import ByIds, ErrorInfo, NewTask, Status  # noqa: E402
 from tests._ci import missing  # noqa: E402
 from tests._proof import AttemptResult, Proof, run_seeds  # noqa: E402
+from tests._waiting import HANG_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "findings" / "rq"
@@ -56,7 +57,7 @@ DSN = os.environ.get("RDQ_REDIS_DSN", "redis://127.0.0.1:6379/0")
 
 def _need_server() -> None:
     try:
-        redis.Redis.from_url(DSN, socket_connect_timeout=2).ping()
+        redis.Redis.from_url(DSN, socket_connect_timeout=HANG_S).ping()
     except redis.RedisError as exc:
         missing(f"no Redis server at {DSN}: {exc}")
 

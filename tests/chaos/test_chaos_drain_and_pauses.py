@@ -13,6 +13,7 @@ from rdq_compliance.chaos import runner
 from rdq_compliance.chaos.nemesis import ClaimTracker, RunTracker
 from rdq_compliance.chaos.scenario import ScenarioError, load_scenario, scenario_from_dict
 from rdq_core.model import QueueStats
+from tests._waiting import HANG_S
 
 
 class _Nemesis:
@@ -30,7 +31,9 @@ class _Storage:
         return self._stats.pop(0) if len(self._stats) > 1 else self._stats[0]
 
 
-def _drain(stats: list[QueueStats], stall: float, budget: float = 5.0) -> tuple[bool, bool]:
+def _drain(stats: list[QueueStats], stall: float, budget: float = HANG_S) -> tuple[bool, bool]:
+    """The runner's drain over ``stats``; by default ``budget`` is a hang guard (a drain
+    that ends drained or stalled ends long before it)."""
     return runner._drain(
         _Storage(stats),  # type: ignore[arg-type]
         "q",

@@ -26,7 +26,7 @@ CLAIM_FIELDS = {
 }
 
 
-def run_worker(tmp_path, handlers, tasks, **kwargs):
+def run_worker(tmp_path, handlers, tasks, observer=JournalObserver, **kwargs):
     store = MemoryStore()
     for task_id, handler in tasks:
         store.enqueue(NewTask(task_id, Q, handler, b""))
@@ -35,13 +35,13 @@ def run_worker(tmp_path, handlers, tasks, **kwargs):
         store,
         Q,
         handlers,
-        observer=JournalObserver(journal),
+        observer=observer(journal),
         name="w0",
         policy=RetryPolicy(base=timedelta(milliseconds=5), cap=timedelta(milliseconds=5)),
         poll_interval=timedelta(milliseconds=5),
         **kwargs,
     )
-    w.run_until_idle(5)
+    w.run_until_idle(HANG_S)
     journal.close()
     return store, list(read_journal(tmp_path / "w0.jsonl"))
 
@@ -51,14 +51,24 @@ def test_events_follow_the_schema(tmp_path):
         if ctx.attempt_no == 1:
             raise RetryableError("once")
 
+    beat = threading.Event()
+
+    class Beats(JournalObserver):  # tells the slow handler a heartbeat went through
+        def on_heartbeat(self, task_id, token, result):
+            super().on_heartbeat(task_id, token, result)
+            if not isinstance(result, BaseException):
+                beat.set()
+
     def slow(ctx):
-        time.sleep(0.3)
+        assert beat.wait(HANG_S)  # runs until one of its heartbeats went through
 
     _store, events = run_worker(
         tmp_path,
         {"flaky": flaky, "slow": slow},
         [("t1", "flaky"), ("t2", "slow")],
-        lease=timedelta(milliseconds=300),
+        observer=Beats,
+        # beats every 0.3 s; the lease lapses only if the first is 1.2 s late
+        lease=timedelta(seconds=1.5),
         heartbeat_fraction=0.2,
     )
     assert [e["seq"] for e in events] == list(range(len(events)))

@@ -12,6 +12,7 @@ import pytest
 
 from rdq_compliance.chaos.checker import FinalState, check
 from rdq_compliance.chaos.events import Journal, read_history
+from tests._waiting import HANG_S
 from tests.broken import memory as broken
 from tests.chaos.crafted_history import clean
 
@@ -29,7 +30,7 @@ def real_run(tmp_path: Path, store_cls: type) -> tuple[list[dict[str, Any]], Fin
 
     from rdq_compliance.chaos.checker import read_final_state
     from rdq_compliance.chaos.journal_observer import JournalObserver
-    from rdq_core.model import UTC, NewTask
+    from rdq_core.model import UTC, NewTask, Outcome
     from rdq_core.retry import PermanentError, RetryableError, RetryPolicy
     from rdq_core.worker import Worker
 
@@ -72,12 +73,28 @@ def real_run(tmp_path: Path, store_cls: type) -> tuple[list[dict[str, Any]], Fin
     threads = [threading.Thread(target=w.run, args=(stop,)) for w in workers]
     for t in threads:
         t.start()
+
+    def reclaimed() -> bool:  # a LEASE_EXPIRED attempt: a claim was taken over
+        return any(a.outcome is Outcome.LEASE_EXPIRED for i in ids for a in store.get(i).attempts)
+
     try:
-        for _ in range(3):  # leases expire under running handlers
-            time.sleep(0.25)
+        # Leases expire under running handlers: the clock jumps past every lease, three
+        # times 0.25 s apart, then every 20 ms until a claim was taken over. A holder's
+        # next heartbeat (a third of the lease later) renews an expired lease nobody took
+        # yet, and pending tasks are claimed before expired ones, so whether a jump ends
+        # in a reclaim is the machine's timing; each jump waits for a claim held (a jump
+        # with none expires nothing).
+        jumps, deadline = 0, time.monotonic() + HANG_S
+        while jumps < 3 or not reclaimed():
+            time.sleep(0.25 if jumps < 3 else 0.02)
+            while not (stats := store.stats("q")).in_flight:
+                assert stats.pending, f"the queue drained after {jumps} jumps, none reclaimed"
+                assert time.monotonic() < deadline, f"no claim held after {jumps} jumps"
+                time.sleep(0.005)
             offset[0] += timedelta(seconds=1)
+            jumps += 1
             harness.write("info", "fault", kind="clock_jump", target="server")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S  # the drain ends when the queue is empty
         drained = False
         while time.monotonic() < deadline:
             stats = store.stats("q")
@@ -88,7 +105,7 @@ def real_run(tmp_path: Path, store_cls: type) -> tuple[list[dict[str, Any]], Fin
     finally:
         stop.set()
         for t in threads:
-            t.join(30)
+            t.join(HANG_S)
     for j in [harness, *journals]:
         j.close()
     events = read_history(tmp_path.glob("*.jsonl"))

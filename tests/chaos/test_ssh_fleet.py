@@ -163,7 +163,7 @@ class PeerWatch:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(5)
+        self._thread.join(HANG_S)  # ends after the sample under way
 
     def _run(self) -> None:
         while not self._stop.wait(0.25):

@@ -225,7 +225,7 @@ def test_retry_then_success():
             raise RetryableError("try again")
 
     w = Worker(store, Q, {"work": flaky}, policy=FAST, poll_interval=5 * MS)
-    assert w.run_until_idle(5) == 2
+    assert w.run_until_idle(HANG_S) == 2
     assert seen == [1, 2]
     assert history(store) == [(1, Outcome.RETRYABLE_FAILURE), (2, Outcome.SUCCESS)]
     first = store.get("t1").attempts[0].error
@@ -242,7 +242,7 @@ def test_dead_after_budget_with_retryable_outcome():
 
     policy = RetryPolicy(max_attempts=3, base=5 * MS, cap=5 * MS)
     w = Worker(store, Q, {"work": always}, policy=policy, poll_interval=5 * MS)
-    assert w.run_until_idle(5) == 3
+    assert w.run_until_idle(HANG_S) == 3
     task = store.get("t1")
     assert task.status is Status.DEAD and task.attempt_count == 3
     assert history(store) == [(n, Outcome.RETRYABLE_FAILURE) for n in (1, 2, 3)]
@@ -257,7 +257,7 @@ def test_permanent_failure_is_dead_at_once():
     def bad(ctx):
         raise PermanentError("malformed payload")
 
-    assert Worker(store, Q, {"work": bad}).run_until_idle(5) == 1
+    assert Worker(store, Q, {"work": bad}).run_until_idle(HANG_S) == 1
     task = store.get("t1")
     assert task.status is Status.DEAD
     assert history(store) == [(1, Outcome.PERMANENT_FAILURE)]
@@ -307,7 +307,7 @@ def test_attempt_no_comes_from_history_after_redrive():
         raise RetryableError("down")
 
     policy = RetryPolicy(max_attempts=3, base=MS, cap=MS, jitter="none")
-    Worker(store, Q, {"work": always}, policy=policy, poll_interval=5 * MS).run_until_idle(5)
+    Worker(store, Q, {"work": always}, policy=policy, poll_interval=5 * MS).run_until_idle(HANG_S)
     assert store.get("t1").status is Status.DEAD
     assert store.redrive(Q, ByIds(["t1"])) == 1
     seen = []
@@ -544,7 +544,7 @@ def test_observer_sees_events_in_order():
             raise RetryableError("once")
 
     w = Worker(store, Q, {"work": fail_once}, policy=FAST, observer=rec, poll_interval=5 * MS)
-    w.run_until_idle(5)
+    w.run_until_idle(HANG_S)
     assert rec.kinds("heartbeat") == [
         ("claim", ("t1",)),
         ("start", "t1", 1),
@@ -587,18 +587,21 @@ def test_concurrency_and_batch():
         enqueue(store, f"t{i}")
     lock = threading.Lock()
     running, peak = [0], [0]
+    three = threading.Event()
 
     def work(ctx):
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.15)
+            if running[0] == 3:
+                three.set()
+        three.wait(HANG_S)  # held until three run at once (a hang guard if they never do)
         with lock:
             running[0] -= 1
 
     rec = Recorder()
     w = Worker(store, Q, {"work": work}, concurrency=3, batch=10, observer=rec)
-    assert w.run_until_idle(5) == 6
+    assert w.run_until_idle(HANG_S) == 6
     assert peak[0] == 3  # three at once (how long the six took depends on the machine)
     assert all(len(e[1]) <= 3 for e in rec.events if e[0] == "claim")
     assert store.stats(Q).succeeded == 6
@@ -669,14 +672,12 @@ def test_claim_and_heartbeat_begin_hooks():
     store = MemoryStore()
     enqueue(store)
     rec = BeginRecorder()
-    w = Worker(
-        store,
-        Q,
-        {"work": lambda ctx: time.sleep(0.25)},
-        lease=300 * MS,
-        observer=rec,
-        heartbeat_fraction=0.2,
-    )
+
+    def until_a_heartbeat(ctx: TaskContext) -> None:
+        wait_for(lambda: any(e[0] == "heartbeat" for e in rec.kinds()))
+
+    # the lease lapses only if the first beat is two thirds of it late (see STALL_S)
+    w = Worker(store, Q, {"work": until_a_heartbeat}, lease=HEARTBEAT_LEASE, observer=rec)
     assert w.run_once() == 1
     assert w.run_once() == 0
     kinds = [e[0] for e in rec.events]

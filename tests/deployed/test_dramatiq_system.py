@@ -226,6 +226,7 @@ def test_two_workers_run_every_behaviour_and_a_killed_worker_process_s_message_c
 
         # ---- one worker process SIGKILLed mid-message ----
         long_sent_at = time.time()
+        # 5 s: past the kill, sent as soon as the job's start is seen (one 0.1 s poll)
         key = system.enqueue([JobSpec("long", "sleep", seconds=5.0)])["long"]
         start = wait_for("the long job's start", lambda: _journal(list(probes.values())).get(key))
         victim, pid = start[0].worker, start[0].pid

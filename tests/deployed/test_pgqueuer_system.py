@@ -49,7 +49,7 @@ FINAL = ("finished", "failed-for-good", "held")
 
 def _server_answers() -> str | None:
     try:
-        with psycopg.connect(DSN, connect_timeout=3) as conn:
+        with psycopg.connect(DSN, connect_timeout=int(HANG_S)) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         return str(exc).strip() or type(exc).__name__
@@ -316,6 +316,8 @@ def test_a_job_whose_worker_is_killed_mid_job_is_picked_again_after_the_heartbea
     ``attempts`` alone (ADR-0004#L42-L45)."""
     system = deployed.system
     w1 = deployed.start("w1")
+    # the job outlasts the kill, sent as soon as its start is seen (one 0.1 s poll); w2
+    # starts after the kill (a start waits for its watchdog's greeting, seconds under load)
     ids = system.enqueue([JobSpec("long", "sleep", seconds=3.0)])
     job = ids["long"]
     first = _until(
@@ -324,11 +326,11 @@ def test_a_job_whose_worker_is_killed_mid_job_is_picked_again_after_the_heartbea
         [w1],
     )
     assert first.worker == "w1"
-    deployed.start("w2")
     kill_sent = time.time()
     w1.kill()
     killed_at = time.time()
     assert system.final_states([job])[job].words == "queue: picked"
+    deployed.start("w2")
 
     words = deployed.wait_final([job])
     assert words == {job: "log: successful"}

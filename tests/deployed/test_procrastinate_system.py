@@ -98,7 +98,7 @@ class Campaign:
 @pytest.fixture
 def campaign(tmp_path: Path) -> Iterator[Campaign]:
     try:
-        psycopg.connect(PG_DSN, connect_timeout=3).close()
+        psycopg.connect(PG_DSN, connect_timeout=int(HANG_S)).close()
     except psycopg.Error as exc:
         missing(f"no PostgreSQL answers at RDQ_POSTGRES_DSN / default {PG_DSN!r}: {exc}")
     server = load_backend("postgres").provision(ProvisionRequest(workdir=tmp_path, dsn=PG_DSN))
@@ -240,6 +240,7 @@ def test_a_killed_workers_job_stays_doing_until_the_stalled_jobs_recipe(
     c = campaign
     c.system.bind(c.server.dsn, c.namespace, str(c.workdir), "fast")
     c.start("fast", "w1", "w2")
+    # 4 s: past the kill, sent as soon as the job's start is seen (one 0.1 s poll)
     job = c.system.enqueue([JobSpec("long", "sleep", 4.0)])["long"]
     first = wait_for("the job's first execution", lambda: c.executions())[0]
     c.workers[first.worker].kill()

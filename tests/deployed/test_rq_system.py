@@ -250,6 +250,8 @@ def test_a_killed_work_horse_fails_its_job_or_retries_it(
     Jobs"; the horse-killed handler's docs suggest ``job.retries_left = 0`` to stop that)."""
     probe = tmp_path / "probe.jsonl"
     with fleet(system, server.dsn, tmp_path, "w1", "w2"):
+        # 6 s: past the kills, sent as soon as both starts are seen (two idle workers
+        # fetch them at once; one 0.1 s poll)
         ids = system.enqueue(
             [JobSpec("h0", "sleep", seconds=6.0), JobSpec("h1", "sleep", seconds=6.0, retries=1)]
         )
@@ -290,6 +292,7 @@ def test_a_killed_worker_s_job_is_collected_by_another_worker(
     fast = RqSystem.profiles["fast"]
     assert fast.recovery_after is not None
     with fleet(system, server.dsn, tmp_path, "w1", "w2", "w3") as workers:
+        # 8 s: past the kills, sent as soon as both starts are seen (one 0.1 s poll)
         ids = system.enqueue(
             [JobSpec("k0", "sleep", seconds=8.0), JobSpec("k1", "sleep", seconds=8.0, retries=1)]
         )

@@ -26,6 +26,7 @@ from rdq_compliance.provision.backend import ProvisionUnavailable, Server
 from rdq_compliance.provision.local_server import LocalFaults, ProcessSlot, start_rung
 from rdq_compliance.provision.ports import PortInUse, free_port, port_open, start_on_free_port
 from rdq_compliance.provision.process import ManagedProcess, ProcessFailed
+from tests._waiting import HANG_S
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX process management")
 
@@ -55,7 +56,7 @@ TOY = textwrap.dedent(
 class ToyNode(ProcessSlot):
     datadir: Path
     log_path: Path
-    start_timeout: float = 15.0
+    start_timeout: float = HANG_S  # a hang guard: the start ends when the toy is ready
     port: int = 0
     process: ManagedProcess | None = field(default=None, repr=False)
     stop_grace = 2.0

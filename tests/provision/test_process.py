@@ -93,7 +93,7 @@ def test_wait_ready_fails_with_the_log_tail_when_the_process_exits(tmp_path: Pat
     ).start()
     try:
         with pytest.raises(ProcessFailed) as info:
-            process.wait_ready(lambda: False, timeout=10)
+            process.wait_ready(lambda: False, timeout=HANG_S)  # ends when it exits
     finally:
         process.stop()
     assert "status 3" in str(info.value)

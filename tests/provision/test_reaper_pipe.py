@@ -21,6 +21,7 @@ import pytest
 
 from rdq_compliance.provision import reaper_pipe
 from rdq_compliance.provision.reaper_pipe import ReaperNotReady, ReaperPipe, start_reaper
+from tests._waiting import HANG_S
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX pipes and fork")
 
@@ -78,7 +79,7 @@ def test_a_reaper_cleans_up_when_its_owner_dies(script: Path, tmp_path: Path) ->
     )
     done = subprocess.run([sys.executable, "-c", owner], capture_output=True, text=True)
     assert done.returncode == -9, done.stderr
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_S  # the wait ends when the reaper has cleaned up
     while not mark.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert mark.read_text() == "eof"

@@ -34,7 +34,7 @@ def require_server() -> str:
     """The DSN of a server that answers, or skip (the whole module when called at import)."""
     dsn = server_dsn()
     try:
-        with psycopg.connect(dsn, connect_timeout=3) as conn:
+        with psycopg.connect(dsn, connect_timeout=int(HANG_S)) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -112,7 +112,7 @@ def wait_sleeping(dsn: str, application_name: str) -> list[int]:
     ``application_name`` active in ``pg_sleep``); the pids of such sessions. The wait ends
     when the statement starts; :data:`~tests._waiting.HANG_S` is only its hang guard."""
     deadline = time.monotonic() + HANG_S
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=int(HANG_S)) as conn:
         while True:
             busy = conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE application_name = %s"

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import psycopg
-from rdq_postgres.connection import POOL_TIMEOUT_S
 from rdq_postgres.errors import mask_dsn
 from rdq_postgres.local import find_postgres
 from rdq_postgres.options import CONTAINER_OPTIONS, LOCAL_OPTIONS
@@ -19,6 +18,7 @@ from rdq_postgres.storage import CLOCK_DESCRIPTION, PostgresStorage
 
 from rdq_compliance.provision.backend import CUT_CONNECTIONS, Server
 from rdq_core.spi import Storage
+from tests._waiting import HANG_S
 from tests.backends.postgres._pg_support import require_server
 from tests.server_contract import driver as contract
 from tests.server_contract.driver import ServerDriver, why_missing
@@ -43,9 +43,11 @@ def _connections(server: Server, namespace: str) -> int:
 
 
 def _pool_refilled(storage: Storage) -> None:
-    """The pool itself comes back: calls are served by pooled connections again."""
+    """The pool itself comes back: calls are served by pooled connections again (the pool's
+    worker reconnects on its own back-off, 1, 2, 4 ... s after the outage: the wait ends
+    when it has; :data:`HANG_S` is its hang guard)."""
     assert isinstance(storage, PostgresStorage)
-    deadline = time.monotonic() + POOL_TIMEOUT_S
+    deadline = time.monotonic() + HANG_S
     while storage._source.degraded:
         assert time.monotonic() < deadline, "the pool never got a live connection back"
         storage.stats("q")

@@ -22,6 +22,7 @@ from rdq_postgres.queries import CLAIM_WIDTH, Queries, claim_params
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.model import ByIds, Claim, ErrorInfo, NewTask, Outcome, Status
+from tests._waiting import HANG_S
 from tests.backends.postgres._pg_support import require_server
 
 require_server()
@@ -175,7 +176,7 @@ def test_the_fresh_claim_judges_the_newest_version_of_what_it_locks(storage, dsn
         def claim_it() -> None:
             try:
                 with psycopg.connect(dsn, autocommit=True, application_name=CLAIMER) as claimer:
-                    claimer.execute("SET lock_timeout = '20s'")
+                    claimer.execute(f"SET lock_timeout = '{HANG_S:g}s'")  # a hang guard
                     rows = claimer.execute(waiting, claim_params("q", 1, LEASE)).fetchall()
                     result.append(rows)
             except BaseException as exc:
@@ -183,7 +184,7 @@ def test_the_fresh_claim_judges_the_newest_version_of_what_it_locks(storage, dsn
 
         thread = threading.Thread(target=claim_it)
         thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + HANG_S
         while not raw.execute(
             "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             " AND application_name = %s",
@@ -193,7 +194,7 @@ def test_the_fresh_claim_judges_the_newest_version_of_what_it_locks(storage, dsn
             time.sleep(0.01)
         holder.execute(sql.SQL("UPDATE {} SET redrive_count = 1 WHERE id = 't'").format(tasks))
         holder.execute("COMMIT")
-        thread.join(20)
+        thread.join(HANG_S)
     assert not errors, errors
     assert result == [[(None,) * CLAIM_WIDTH]], "the redriven row must make it decline"
     task = storage.get("t")

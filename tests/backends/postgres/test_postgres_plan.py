@@ -43,6 +43,7 @@ from rdq_postgres.server import PostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.model import NewTask, Outcome, Status
+from tests._waiting import HANG_S
 from tests.backends.postgres._pg_support import count_rows, require_server
 
 DSN = require_server()
@@ -187,7 +188,7 @@ def _expire_some(world: World, how_many: int) -> set[str]:
     st = PostgresStorage(DSN, world.schema)
     try:
         claims = st.claim_due(Q, how_many, timedelta(milliseconds=1))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + HANG_S  # the wait ends when the clock moves
         while st.now() <= max(c.lease_expires_at for c in claims):
             assert time.monotonic() < deadline, "the server clock did not move"
             time.sleep(0.005)

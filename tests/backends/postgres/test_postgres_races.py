@@ -26,6 +26,8 @@ from tests.backends.postgres._pg_support import require_server
 DSN = require_server()
 TASKS = 20
 THREADS = 6
+#: How long the threads churn: a busy runner only makes fewer rounds, and one abandoned
+#: claim or one lease of microseconds among them is the reclaim the test asks for.
 SECONDS = 3.0
 
 

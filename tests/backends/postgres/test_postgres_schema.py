@@ -25,6 +25,7 @@ from rdq_postgres.storage import PostgresStorage
 from rdq_compliance import registry
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 from rdq_core.model import NewTask
+from tests._waiting import HANG_S
 from tests.backends.postgres._pg_support import require_server
 
 DSN = require_server()
@@ -62,7 +63,7 @@ def test_concurrent_creators_of_one_namespace_are_serialised(raw):
     def create() -> None:
         try:
             with psycopg.connect(DSN, autocommit=True) as conn:
-                start.wait(10)
+                start.wait(HANG_S)
                 applied.append(schema.create_namespace(conn, ns))
         except BaseException as exc:
             errors.append(exc)
@@ -346,7 +347,8 @@ def _exists(raw: psycopg.Connection, ns: str) -> bool:
     return row is not None
 
 
-def _until(predicate, timeout: float = 10.0) -> bool:
+def _until(predicate, timeout: float = HANG_S) -> bool:
+    """Until ``predicate()``; ``timeout`` is a hang guard (the wait ends when it holds)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -407,7 +409,7 @@ def test_the_stock_hands_back_the_drops_it_did_not_do(dsn, raw):
 
     def slow_drop(conn: psycopg.Connection, ns: str) -> None:
         busy.set()
-        gate.wait(10)
+        gate.wait(HANG_S)
         schema.drop_namespace(conn, ns)
 
     stock = NamespaceStock(dsn, 1, drop=slow_drop, on_dropped=dropped.append)
@@ -417,7 +419,7 @@ def test_the_stock_hands_back_the_drops_it_did_not_do(dsn, raw):
     left: list[str] = []
     try:
         assert _until(lambda: len(stock._ready) == 1)
-        assert stock.discard(first) and busy.wait(10)
+        assert stock.discard(first) and busy.wait(HANG_S)
         assert stock.discard(second)
         threading.Timer(0.2, gate.set).start()
         left = stock.close()
@@ -447,7 +449,7 @@ def test_a_failed_background_drop_is_retried(dsn, raw):
         ns = f"rdq_{uuid.uuid4().hex}"
         schema.create_new_namespace(raw, ns)
         assert stock.discard(ns)
-        assert _until(lambda: not _exists(raw, ns), timeout=15), "never retried"
+        assert _until(lambda: not _exists(raw, ns)), "never retried"  # after RETRY_PAUSE_S
         assert failures == [ns]
     finally:
         for left in stock.close():

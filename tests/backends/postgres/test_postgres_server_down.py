@@ -11,14 +11,17 @@ PostgreSQL binaries are installed.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+from rdq_postgres.connection import SPARE_REFRESH_S
 from rdq_postgres.local import LocalPostgresServer
 from rdq_postgres.storage import PostgresStorage
 
 from rdq_core.errors import BackendUnavailable
 from tests._processes import timed, until_works
+from tests._waiting import HANG_S
 from tests.backends.postgres._pg_support import (
     ensure_running,
     local_server,
@@ -55,7 +58,7 @@ def test_a_statement_cut_by_the_kill_is_backend_unavailable_and_the_next_call_fa
         thread, errors = sleep_on_server(storage)
         wait_sleeping(server.dsn, storage.application_name)
         server.kill()
-        thread.join(10)
+        thread.join(HANG_S)
         assert not thread.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], BackendUnavailable), errors
         assert "may or may not have taken effect" in str(errors[0])
@@ -72,25 +75,39 @@ def test_a_healthy_but_busy_pool_still_waits_its_timeout(
 ) -> None:
     """Failing fast is for dead connections only: a pool whose one connection is busy makes
     the next caller wait (up to the pool timeout) rather than open another connection."""
-    storage = PostgresStorage(server.dsn, namespace, max_size=1, timeout=5.0)
+    storage = PostgresStorage(server.dsn, namespace, max_size=1, timeout=HANG_S)
     try:
         storage.now()
-        holding = threading.Event()
+        holding, waited = threading.Event(), threading.Event()
+        given_back: list[float] = []
 
         def hold() -> None:
             def run(conn: object) -> None:
                 holding.set()
-                conn.execute("SELECT pg_sleep(1.0)")  # type: ignore[attr-defined]
+                pool = storage._source.pool()
+                deadline = time.monotonic() + HANG_S
+                while not pool.get_stats().get("requests_waiting", 0):  # the caller queues
+                    assert time.monotonic() < deadline, "no call waited for the pool"
+                    time.sleep(0.01)
+                waited.set()
+                # given back sooner than SPARE_REFRESH_S after the source's last refresh, the
+                # connection stays its spare and the queued caller waits out its pool timeout
+                # (rdq_postgres.connection.give_back); held until then, it goes to the pool
+                source = storage._source
+                time.sleep(max(0.0, source._spare_refreshed + SPARE_REFRESH_S - time.monotonic()))
+                given_back.append(time.monotonic())
 
             storage._run("hold", run)
 
         thread = threading.Thread(target=hold)
         thread.start()
-        assert holding.wait(5)
-        elapsed, error = timed(storage.now)
-        thread.join(10)
+        assert holding.wait(HANG_S)
+        error = timed(storage.now)[1]
+        served = time.monotonic()
+        thread.join(HANG_S)
         assert error is None, error
-        assert elapsed > 0.5, f"served after {elapsed:.2f} s: not by the busy pooled connection"
+        # served by the busy pooled connection once it was given back, not by another one
+        assert waited.is_set() and given_back and served > given_back[0]
         assert not storage._source.degraded
     finally:
         storage.close()

@@ -7,7 +7,6 @@ storage and ``cut_connections`` are the server contract's,
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import psycopg
@@ -20,7 +19,8 @@ from rdq_postgres.storage import PostgresStorage
 from rdq_compliance.provision.backend import ProvisionRequest
 from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask
-from tests.backends.postgres._pg_support import require_server, sleep_on_server
+from tests._waiting import HANG_S
+from tests.backends.postgres._pg_support import require_server, sleep_on_server, wait_sleeping
 
 DSN = require_server()
 LEASE = timedelta(minutes=5)
@@ -73,18 +73,9 @@ def test_next_call_after_pg_terminate_backend_succeeds_or_is_backend_unavailable
 def test_session_cut_mid_statement_is_backend_unavailable(storage, raw):
     storage.now()
     thread, errors = sleep_on_server(storage)
-    deadline = time.monotonic() + 10
-    while True:
-        busy = raw.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND state = 'active'",
-            (storage.application_name,),
-        ).fetchall()
-        if busy:
-            break
-        assert time.monotonic() < deadline, "the statement never started"
-        time.sleep(0.01)
-    _terminate(raw, [int(r[0]) for r in busy])
-    thread.join(10)
+    busy = wait_sleeping(DSN, storage.application_name)
+    _terminate(raw, busy)
+    thread.join(HANG_S)
     assert len(errors) == 1 and isinstance(errors[0], BackendUnavailable), errors
     assert "may or may not have taken effect" in str(errors[0])
     assert storage.stats("q").total == 0  # and the storage carries on
@@ -104,23 +95,24 @@ def test_provision_with_a_live_dsn_gives_a_server_that_is_left_running(tmp_path,
 def test_exhausted_pool_is_backend_unavailable(namespace):
     storage = PostgresStorage(DSN, namespace, max_size=1, timeout=0.3)
     storage.now()
-    holding = threading.Event()
+    holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        def run(conn: psycopg.Connection) -> None:
+        def run(conn: psycopg.Connection) -> None:  # the one connection, lent until released
             holding.set()
-            conn.execute("SELECT pg_sleep(1.5)")
+            release.wait(HANG_S)
 
         storage._run("hold", run)
 
     thread = threading.Thread(target=hold)
     thread.start()
     try:
-        assert holding.wait(5)
+        assert holding.wait(HANG_S)
         with pytest.raises(BackendUnavailable, match="no connection"):
             storage.stats("q")
     finally:
-        thread.join(10)
+        release.set()
+        thread.join(HANG_S)
         storage.close()
 
 

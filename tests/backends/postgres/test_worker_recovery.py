@@ -35,6 +35,7 @@ from rdq_core.errors import BackendUnavailable
 from rdq_core.model import NewTask, Outcome, Status, Task
 from rdq_core.retry import RetryPolicy
 from rdq_core.worker import TaskContext, Worker, WorkerObserver
+from tests._waiting import HANG_S
 from tests.backends.postgres._pg_support import ensure_running, local_server
 
 TASKS = 200
@@ -46,7 +47,6 @@ LEASE = timedelta(seconds=4)
 HANDLER_SECONDS = 0.01
 KILL_AFTER = 50  # handler runs before the kill
 DOWN_SECONDS = 1.0
-FINISH_WITHIN = 25.0
 
 
 @dataclass(frozen=True)
@@ -149,12 +149,12 @@ def test_workers_recover_from_a_server_crash_without_losing_or_double_running(
     try:
         for t in threads:
             t.start()
-        _wait(lambda: len(runs) >= KILL_AFTER, 15, f"{KILL_AFTER} handler runs")
+        _wait(lambda: len(runs) >= KILL_AFTER, HANG_S, f"{KILL_AFTER} handler runs")
         server.kill()
         at_kill = len(runs)
         time.sleep(DOWN_SECONDS)
         server.restart()
-        _wait(lambda: _succeeded(checker) == TASKS, FINISH_WITHIN, "every task to succeed")
+        _wait(lambda: _succeeded(checker) == TASKS, HANG_S, "every task to succeed")
     finally:
         stop.set()
         for t in threads:

@@ -25,6 +25,7 @@ from rdq_core.errors import IdConflict
 from rdq_core.model import ByIds, DlqFilter, ErrorInfo, NewTask, Outcome
 from rdq_core.spi import Storage
 from tests import _tcp_proxy
+from tests._waiting import HANG_S
 
 DEFAULT_DSN = "redis://127.0.0.1:6379/0"
 CLUSTER_ENV = "RDQ_REDIS_CLUSTER_DSN"
@@ -45,7 +46,7 @@ def require_server() -> str:
     """The DSN of a server that answers, or skip (the whole module when called at import)."""
     dsn = server_dsn()
     try:
-        client = redis.Redis.from_url(dsn, socket_connect_timeout=3, socket_timeout=3)
+        client = redis.Redis.from_url(dsn, socket_connect_timeout=HANG_S, socket_timeout=HANG_S)
         try:
             client.ping()
         finally:

@@ -7,6 +7,7 @@ included.)"""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -15,6 +16,7 @@ from rdq_redis.storage import RedisStorage
 
 from rdq_core.errors import BackendUnavailable, InvalidArgument
 from rdq_core.model import NewTask, Status
+from tests._waiting import HANG_S
 from tests.backends.redis._redis_support import ReplyLosingProxy, warm
 
 
@@ -30,11 +32,15 @@ def test_a_reply_too_late_is_unknown(connect, proxy):
     storage = connect(proxy.dsn(), socket_timeout=0.3)
     warm(storage, "q")
     storage.enqueue(NewTask("t", "q", "h"))
-    proxy.hold_replies(1.0)
+    proxy.hold_replies(HANG_S)  # the reply passes only after the caller gave up (below)
     with pytest.raises(BackendUnavailable, match=r"no reply.*in time.*outcome is unknown"):
         storage.claim_due("q", 1, timedelta(minutes=1))
     proxy.hold_replies(0)
-    assert storage.get("t").status is Status.IN_FLIGHT  # the claim happened
+    # the claim happened (once the proxy has passed the request on: the wait ends then)
+    deadline = time.monotonic() + HANG_S
+    while storage.get("t").status is not Status.IN_FLIGHT:
+        assert time.monotonic() < deadline, "the claim whose reply came too late never happened"
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize(
