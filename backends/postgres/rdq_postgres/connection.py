@@ -45,8 +45,9 @@ a busy pool, the wait is the pool's to bound).
 bookkeeping each way, paid by every statement. So a connection given back idle (no
 transaction open, not broken) is kept lent as the source's *spare*, and the next borrow
 takes it first (its liveness checked as any other's); a second connection given back
-while there is a spare, one given back in any other state, and the spare once it has
-been kept :data:`SPARE_REFRESH_S` go back to the pool as before, so the pool's lifetime
+while there is a spare, one given back while a caller is queued for the pool (it is
+served at once), one given back in any other state, and the spare once it has been kept
+:data:`SPARE_REFRESH_S` go back to the pool as before, so the pool's lifetime
 and reset rules still see every connection at least that often. ``close()`` and the
 at-fork hook account for the spare like the pool (closed; forgotten, never used in a child).
 """
@@ -170,6 +171,12 @@ def is_cut(conn: psycopg.Connection) -> bool:
     except (psycopg.Error, OSError, ValueError):
         return True
     return False
+
+
+def _waited_for(pool: psycopg_pool.ConnectionPool[psycopg.Connection]) -> bool:
+    """Whether a caller is queued for one of ``pool``'s connections (it would wait out its
+    pool timeout while the connection sat idle as a spare)."""
+    return bool(pool.get_stats().get("requests_waiting", 0))
 
 
 def cursor_of(conn: psycopg.Connection) -> psycopg.Cursor[Any]:
@@ -352,14 +359,19 @@ class ConnectionSource:
             return
         if not self._spare and not conn.closed and conn.pgconn.transaction_status == _IDLE:
             now = time.monotonic()
-            if now - self._spare_refreshed < SPARE_REFRESH_S:
+            if now - self._spare_refreshed >= SPARE_REFRESH_S:
+                self._spare_refreshed = now
+            elif not _waited_for(pool):
                 self._spare.append(conn)
-                if self._pool is pool:
+                if self._pool is pool and not _waited_for(pool):
                     return
-                self._spare.remove(conn)  # closed meanwhile: close() missed it
-                conn.close()
-                return
-            self._spare_refreshed = now
+                try:
+                    self._spare.remove(conn)
+                except ValueError:  # a borrower, or close(), took it meanwhile
+                    return
+                if self._pool is not pool:  # closed meanwhile: close() missed it
+                    conn.close()
+                    return
         pool.putconn(conn)
 
     def _put(self, conn: psycopg.Connection) -> None:
