@@ -199,12 +199,13 @@ class Fleet:
 
     # ---- what the nemesis does -----------------------------------------------------
 
-    def live(self) -> frozenset[str]:
-        """The workers running now (leader alive, not paused)."""
+    def live(self, *, paused: bool = False) -> frozenset[str]:
+        """The workers running now (leader alive, not paused; paused ones too when
+        ``paused``: their processes and connections exist, stopped)."""
         return frozenset(
             s.name
             for s in self.slots.values()
-            if s.process is not None and s.process.running and not s.paused
+            if s.process is not None and s.process.running and (paused or not s.paused)
         )
 
     def kill(self, name: str) -> tuple[float, list[int]] | None:

@@ -12,7 +12,8 @@ planned         what is done                             the span
                 by the plan's ``pick``                   an instant
 ``server-kill`` ``Server.kill``, then ``Server.restart`` from the kill to the restart
 ``server-freeze`` ``Server.pause``, then ``Server.resume`` from the pause to the resume
-``cut``         ``Server.cut_connections(namespace)``    an instant
+``cut``         ``Server.cut_connections(namespace)``    an instant; ``targets``: every
+                                                         worker alive, paused ones too
 ``partition``   the worker (on a fleet: its host) cut    from before the cut to after the
                 off the server (:meth:`Fleet.partition`) heal; ``targets``: every worker cut
 ``clock-skew``  the worker's clock (on a fleet: its      from before the jump, never undone
@@ -293,7 +294,9 @@ class Nemesis:
         return _Open(planned, before, late, self.clock() - before, undo=self.server.resume)
 
     def _cut(self, planned: PlannedFault, before: float, late: float) -> _Open | None:
-        live = tuple(sorted(self.fleet.live()))
+        # every worker with processes: a paused worker's connections are closed too, and it
+        # finds them gone when it is continued
+        live = tuple(sorted(self.fleet.live(paused=True)))
         closed = self.server.cut_connections(self.namespace)
         if closed <= 0:
             self._error(planned, "the cut closed 0 connections: nothing was connected to cut")

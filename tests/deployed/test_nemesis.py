@@ -133,3 +133,25 @@ def test_a_fault_that_finds_nothing_is_an_error(tmp_path: Path) -> None:
     assert "the cut closed 0 connections: nothing was connected to cut" in messages[0]
     assert "no live process of worker w1 to pause" in messages[2]
     assert "no live worker w1 to kill" in messages[1]
+
+
+class _CutServer:
+    """A server whose cut closes every connection of the namespace: here, two."""
+
+    faults = frozenset({"cut"})
+
+    def cut_connections(self, namespace: str) -> int:
+        return 2
+
+
+def test_a_cut_names_a_paused_worker_whose_connections_it_closed_too(fleet: Fleet) -> None:
+    plan = [
+        PlannedFault("pause", 0.0, 1.0, worker="w2"),
+        PlannedFault("cut", 0.5),
+    ]
+    result = Nemesis(plan, fleet, _CutServer(), "ns", ()).run(time.time(), 1.5)  # type: ignore[arg-type]
+    assert result.errors == []
+    (cut,) = [d for d in result.done if d.planned.kind == "cut"]
+    (pause,) = [d for d in result.done if d.planned.kind == "pause"]
+    assert pause.fault.start < cut.fault.start < pause.fault.end  # w2 was stopped then
+    assert cut.fault.targets == ("w1", "w2"), cut.fault.targets
