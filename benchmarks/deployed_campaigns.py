@@ -176,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         bound = rows[0]["recovery_after"]
         print(f"from a kill to the next run of each job it interrupted ({len(recov)} jobs): "
               f"min {min(recov):.1f} s, median {statistics.median(recov):.1f} s, max "
-              f"{max(recov):.1f} s; sooner than the system's recovery_after ({bound} s): "
-              f"{sum(1 for x in recov if x < bound)} (a later run waited for a worker to be "
+              f"{max(recov):.1f} s; within the system's recovery_after ({bound} s): "
+              f"{sum(1 for x in recov if x <= bound)}, later: "
+              f"{sum(1 for x in recov if x > bound)} (a later run waited for a worker to be "
               f"free, or for jobs due before it)")  # fmt: skip
     firsts = [r["first_finding"] for r in rows if r["first_finding"] is not None]
     if firsts:
