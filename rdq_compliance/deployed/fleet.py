@@ -18,11 +18,14 @@ The nemesis acts through :meth:`Fleet.kill` and :meth:`Fleet.pause` (every proce
 tree), :meth:`Fleet.part_pids` (the processes of one part, by role: ``leader`` is the pid
 started, ``descendants`` every process under it) and :meth:`Fleet.kill_pid`, and through
 the places for what needs more than a signal (:attr:`Fleet.places`: a partition, a clock
-skew).
+skew). :meth:`Fleet.running` tells it which jobs a worker is running now, from the probe
+journal of its current incarnation (read here as it grows; on a fleet, as mirrored, or
+brought up to date first with ``synced=True``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +58,36 @@ class Exit:
     cause: str
     remnants: tuple[int, ...] = ()
     restarted: float | None = None
+
+
+@dataclass
+class _Tail:
+    """What has been read of one probe journal: the bytes read (whole lines only) and the
+    executions begun and not ended (exec id -> job id, pid)."""
+
+    read: int = 0
+    open: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def update(self, path: Path) -> None:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self.read)
+                data = fh.read()
+        except OSError:
+            return
+        whole = data.rfind(b"\n") + 1  # a line being written, or torn, waits or is skipped
+        self.read += whole
+        for raw in data[:whole].splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue  # torn by a kill: its writer is gone
+            if not isinstance(line, dict):
+                continue
+            if line.get("kind") == "start":
+                self.open[str(line.get("exec"))] = (str(line.get("job")), int(line.get("pid", 0)))
+            elif line.get("kind") == "end":
+                self.open.pop(str(line.get("exec")), None)
 
 
 @dataclass(eq=False)
@@ -100,6 +133,7 @@ class Fleet:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._tails: dict[Path, _Tail] = {}
 
     # ---- files ---------------------------------------------------------------------
 
@@ -218,6 +252,7 @@ class Fleet:
                 return None
             slot.cause = "killed by the nemesis"
             pids = process.kill()
+            slot.paused = False
             return self.clock(), pids
 
     def pause(self, name: str) -> list[int]:
@@ -235,6 +270,26 @@ class Fleet:
         with slot.lock:
             slot.paused = False
             return slot.process.resume() if slot.process is not None else []
+
+    def running(self, name: str, *, synced: bool = False) -> tuple[str, ...]:
+        """The jobs worker ``name`` is running now, sorted: those of the executions its
+        current incarnation's probe journal shows begun and not ended, in a process of
+        its tree still alive (``()`` when it has no live process). ``synced``: bring the
+        journal here up to date first (on a fleet, one mirror pass; call it while the
+        tree is paused to read its last word)."""
+        slot = self.slots[name]
+        process = slot.process
+        if process is None or not process.running:
+            return ()
+        if synced:
+            process.sync_journal()
+        path = self.folder / "probe" / f"{name}.{slot.incarnation}.jsonl"
+        tail = self._tails.setdefault(path, _Tail())
+        tail.update(path)
+        if not tail.open:
+            return ()
+        live = set(process.pids())
+        return tuple(sorted({job for job, pid in tail.open.values() if pid in live}))
 
     def heal(self) -> list[str]:
         """Continue every paused worker; their names."""

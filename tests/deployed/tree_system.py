@@ -1,9 +1,13 @@
 """A system whose worker is a small process tree (a leader and two children that only
-sleep), for the fleet's and the nemesis's own tests: no queue, no probe lines. A worker
-exits with status 3 when its flag file (``<folder>/<name>.exit``) appears, deleting it."""
+sleep), for the fleet's and the nemesis's own tests: no queue. A worker exits with
+status 3 when its flag file (``<folder>/<name>.exit``) appears, deleting it; it runs a
+job when its job file (``<folder>/<name>.job``, written by :meth:`TreeSystem.give`)
+appears: the leader journals the job's start in its probe, sleeps the seconds asked,
+journals its end."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +18,20 @@ LEADER = """
 import os, subprocess, sys, time
 child = "import time\\nwhile True: time.sleep(0.5)"
 children = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
-flag = sys.argv[1]
+flag, job = sys.argv[1], sys.argv[2]
 while True:
     if os.path.exists(flag):
         os.unlink(flag)
         sys.exit(3)
+    if os.path.exists(job):
+        with open(job) as fh:
+            name, seconds = fh.read().split()
+        os.unlink(job)
+        from rdq_compliance.deployed.probe import ProbeWriter
+        probe = ProbeWriter.from_env()
+        run = probe.started(name)
+        time.sleep(float(seconds))
+        probe.ended(run, "succeeded")
     time.sleep(0.05)
 """
 
@@ -32,6 +45,16 @@ class TreeSystem:
     def flag(self, worker: str) -> Path:
         return self.folder / f"{worker}.exit"
 
+    def job_file(self, worker: str) -> Path:
+        return self.folder / f"{worker}.job"
+
+    def give(self, worker: str, job: str, seconds: float) -> None:
+        """Have ``worker`` run job ``job`` for ``seconds`` (once it looks: every 50 ms)."""
+        path = self.job_file(worker)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{job} {seconds}")
+        os.replace(tmp, path)
+
     def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
-        argv = (sys.executable, "-c", LEADER, str(self.flag(name)))
+        argv = (sys.executable, "-c", LEADER, str(self.flag(name)), str(self.job_file(name)))
         return WorkerLaunch(argv, {"RDQ_PROBE_PATH": probe_path, "RDQ_PROBE_WORKER": name})
