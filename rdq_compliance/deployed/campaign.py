@@ -136,7 +136,7 @@ def _enqueue(system: DeployedSystem, jobs: Sequence[JobSpec], result: CampaignRe
             result.refused[spec.key] = "not acknowledged by the client"
             continue
         result.keys[job] = spec.key
-        result.accepted.append(verdicts.Accepted(job, at, spec.retries))
+        result.accepted.append(verdicts.Accepted(job, at, spec.retries, delay=spec.delay))
 
 
 def _drain(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None:
@@ -229,6 +229,7 @@ def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
         result.drain,
         execution_limit=result.profile.execution_limit,
         uncertainty=result.uncertainty,
+        requeues_held_delayed=bool(getattr(system, "requeues_held_delayed", False)),
     )
     result.verdicts = verdicts.mark_known(judged, result.known_upstream)
 

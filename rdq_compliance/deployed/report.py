@@ -160,6 +160,7 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
                 "key": result.keys.get(a.job),
                 "at": _t(result, a.at),
                 "retries": a.retries,
+                "delay": a.delay,
             }
             for a in result.accepted
         ],
