@@ -277,19 +277,24 @@ class Fleet:
         its tree still alive (``()`` when it has no live process). ``synced``: bring the
         journal here up to date first (on a fleet, one mirror pass; call it while the
         tree is paused to read its last word)."""
+        return tuple(sorted(set(self.runners(name, synced=synced).values())))
+
+    def runners(self, name: str, *, synced: bool = False) -> dict[int, str]:
+        """The processes of worker ``name`` running a job now, and its job (one per
+        process: the last begun), by the journal as :meth:`running` reads it."""
         slot = self.slots[name]
         process = slot.process
         if process is None or not process.running:
-            return ()
+            return {}
         if synced:
             process.sync_journal()
         path = self.folder / "probe" / f"{name}.{slot.incarnation}.jsonl"
         tail = self._tails.setdefault(path, _Tail())
         tail.update(path)
         if not tail.open:
-            return ()
+            return {}
         live = set(process.pids())
-        return tuple(sorted({job for job, pid in tail.open.values() if pid in live}))
+        return {pid: job for job, pid in tail.open.values() if pid in live}
 
     def heal(self) -> list[str]:
         """Continue every paused worker; their names."""

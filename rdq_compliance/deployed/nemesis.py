@@ -33,7 +33,10 @@ journal shows an execution begun and not ended in a live process of its tree
 (:meth:`Fleet.running`, looked at every :data:`LOOK_EVERY` seconds). It then SIGSTOPs the
 worker's tree and looks again, the journal brought up to date (on a fleet, one mirror
 pass): with an execution still open, the worker was stopped mid-job, and the pause goes
-on (its span from before that SIGSTOP) or the kill SIGKILLs the stopped tree; with none
+on (its span from before that SIGSTOP) or the kill SIGKILLs the stopped tree, the
+processes running the jobs first (a process in a group of its own whose parent died
+first would be continued by the kernel, as POSIX has it for a newly orphaned process
+group with a stopped member, and could end its job before its own SIGKILL); with none
 (the job ended between the two looks), the tree is continued at once and the fault
 waits on. So a mid-job fault always strikes a job being run, whatever the load of the
 machine; :attr:`Done.caught` names the jobs, and :attr:`Done.detail` how long the fault
@@ -328,6 +331,13 @@ class Nemesis:
             )  # fmt: skip
             self._open.append((opened.start + planned.lasts, opened))
             return True
+        # the processes running the jobs first: one whose parent died before it, in a
+        # process group of its own (rq's work horse), would be continued by the kernel
+        # (SIGHUP and SIGCONT to a newly orphaned group with a stopped member) and could
+        # end its job before its own SIGKILL
+        leader = self.fleet.part_pids(worker, Part("main", role="leader"))
+        for pid in sorted(set(self.fleet.runners(worker)) - set(leader)):
+            self.fleet.kill_pid(worker, pid)
         hit = self.fleet.kill(worker)
         if hit is None:
             self.fleet.resume(worker)

@@ -207,6 +207,44 @@ def test_a_mid_job_kill_and_pause_wait_for_a_job_and_strike_it_running(
     assert kill.fault.end == exit_.restarted
 
 
+def test_a_mid_job_kill_ends_a_job_in_a_process_group_of_its_own_while_stopped(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job runs in a child in a process group of its own that ignores SIGHUP (rq's
+    work horse): killed after its parent, it would be continued by the kernel (its group
+    newly orphaned with a stopped member) and go on writing; the mid-job kill kills it
+    first, still stopped."""
+    system = TreeSystem(tmp_path)
+    written: list[int] = []  # the size of its beats once its tree was stopped
+    pause = fleet.pause
+
+    def pause_and_measure(name: str) -> list[int]:
+        pids = pause(name)
+        written.append(system.beats(name).stat().st_size)
+        return pids
+
+    killed_first: list[tuple[int, str]] = []  # a pid killed alone, and its leader's state
+    kill_pid = fleet.kill_pid
+
+    def kill_pid_and_look(name: str, pid: int) -> float | None:
+        killed_first.append((pid, psutil.Process(leader).status()))
+        return kill_pid(name, pid)
+
+    monkeypatch.setattr(fleet, "pause", pause_and_measure)
+    monkeypatch.setattr(fleet, "kill_pid", kill_pid_and_look)
+    leader = fleet.slots["w1"].process.pid  # type: ignore[union-attr]
+    system.give("w1", "job-h", 30.0, own_group=True)
+    plan = [PlannedFault("kill", 0.0, 1.0, worker="w1")]
+    result = Nemesis(plan, fleet, _NoServer(), "ns", (), mid_job=True).run(time.time(), 60.0)  # type: ignore[arg-type]
+    assert result.errors == []
+    (kill,) = result.done
+    assert kill.caught == ("job-h",)
+    (run,) = read_probe(fleet.probe_paths()).executions()
+    assert run.ended is None and run.pid != leader
+    assert killed_first == [(run.pid, psutil.STATUS_STOPPED)]  # before its stopped parent
+    assert system.beats("w1").stat().st_size == written[-1]  # not a line once stopped
+
+
 def test_a_mid_job_fault_whose_worker_runs_no_job_in_time_is_an_error(fleet: Fleet) -> None:
     plan = [PlannedFault("pause", 0.0, 1.0, worker="w1")]
     nemesis = Nemesis(plan, fleet, _NoServer(), "ns", (), mid_job=True)  # type: ignore[arg-type]

@@ -2,8 +2,9 @@
 sleep), for the fleet's and the nemesis's own tests: no queue. A worker exits with
 status 3 when its flag file (``<folder>/<name>.exit``) appears, deleting it; it runs a
 job when its job file (``<folder>/<name>.job``, written by :meth:`TreeSystem.give`)
-appears: the leader journals the job's start in its probe, sleeps the seconds asked,
-journals its end."""
+appears: the leader, or a child of it in a process group of its own, journals the job's
+start in its probe, appends the time to ``<name>.job.beats`` every millisecond for the
+seconds asked, journals its end."""
 
 from __future__ import annotations
 
@@ -25,13 +26,27 @@ while True:
         sys.exit(3)
     if os.path.exists(job):
         with open(job) as fh:
-            name, seconds = fh.read().split()
+            name, seconds, where = fh.read().split()
         os.unlink(job)
-        from rdq_compliance.deployed.probe import ProbeWriter
-        probe = ProbeWriter.from_env()
-        run = probe.started(name)
-        time.sleep(float(seconds))
-        probe.ended(run, "succeeded")
+        own = where == "own-group" and os.fork()
+        if where == "own-group" and not own:  # the child: rq's work horse
+            import signal
+            os.setpgrp()
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if not own:
+            from rdq_compliance.deployed.probe import ProbeWriter
+            probe = ProbeWriter.from_env()
+            run = probe.started(name)
+            beats = os.open(job + ".beats", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            end = time.monotonic() + float(seconds)
+            while time.monotonic() < end:
+                os.write(beats, b"%f\\n" % time.time())
+                time.sleep(0.001)
+            probe.ended(run, "succeeded")
+            if where == "own-group":
+                os._exit(0)
+        else:
+            os.waitpid(own, 0)
     time.sleep(0.05)
 """
 
@@ -48,12 +63,18 @@ class TreeSystem:
     def job_file(self, worker: str) -> Path:
         return self.folder / f"{worker}.job"
 
-    def give(self, worker: str, job: str, seconds: float) -> None:
-        """Have ``worker`` run job ``job`` for ``seconds`` (once it looks: every 50 ms)."""
+    def give(self, worker: str, job: str, seconds: float, *, own_group: bool = False) -> None:
+        """Have ``worker`` run job ``job`` for ``seconds`` (once it looks: every 50 ms),
+        in its leader, or with ``own_group`` in a child in a process group of its own
+        that ignores SIGHUP, as rq's work horse (the leader waits for it)."""
         path = self.job_file(worker)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{job} {seconds}")
+        tmp.write_text(f"{job} {seconds} {'own-group' if own_group else 'leader'}")
         os.replace(tmp, path)
+
+    def beats(self, worker: str) -> Path:
+        """The file a running job appends its time to every millisecond."""
+        return self.folder / f"{worker}.job.beats"
 
     def worker(self, name: str, profile: str, probe_path: str) -> WorkerLaunch:
         argv = (sys.executable, "-c", LEADER, str(self.flag(name)), str(self.job_file(name)))
