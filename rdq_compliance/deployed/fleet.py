@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rdq_compliance.deployed.local_places import LocalPlaces
 from rdq_compliance.deployed.places import Places, WorkerTree
+from rdq_compliance.deployed.probe import line_problems
 from rdq_compliance.deployed.system import DeployedSystem, Part, WorkerLaunch, takes_dsn
 from rdq_compliance.provision.process import ProcessFailed
 
@@ -82,12 +83,12 @@ class _Tail:
                 line = json.loads(raw)
             except ValueError:
                 continue  # torn by a kill: its writer is gone
-            if not isinstance(line, dict):
-                continue
-            if line.get("kind") == "start":
-                self.open[str(line.get("exec"))] = (str(line.get("job")), int(line.get("pid", 0)))
-            elif line.get("kind") == "end":
-                self.open.pop(str(line.get("exec")), None)
+            if line_problems(line):
+                continue  # the checker says what is wrong once it reads the journals
+            if line["kind"] == "start":
+                self.open[line["exec"]] = (line["job"], int(line["pid"]))
+            else:
+                self.open.pop(line["exec"], None)
 
 
 @dataclass(eq=False)
