@@ -420,7 +420,28 @@ _HELD_THROUGH = frozenset({"pause", "cut", "partition"})
 def _held_through(
     j: _Judge, acc: Accepted | None, later: _Run, since: float, runs: Sequence[_Run]
 ) -> list[Fault]:
-    """The faults the job was held through before ``later`` ran: of a kind in
+    """The faults the job was held through before ``later`` ran (:func:`_held_by`); and
+    those an earlier run of the job was held through when it repeated an attempt another
+    run had begun before it: the job's copies split there, and each later run of either
+    copy (its retries) comes of that split."""
+    out = _held_by(j, acc, later, since, runs)
+    for d in runs:
+        if d is later or d.x.attempt is None or d.start > later.start + j.u:
+            continue
+        first = min(
+            (e for e in runs if e is not d and e.x.attempt == d.x.attempt and e.start < d.start),
+            key=lambda e: (e.start, e.x.exec),
+            default=None,
+        )
+        if first is not None:
+            out += [f for f in _held_by(j, acc, d, first.start, runs) if f not in out]
+    return out
+
+
+def _held_by(
+    j: _Judge, acc: Accepted | None, later: _Run, since: float, runs: Sequence[_Run]
+) -> list[Fault]:
+    """The faults a holder of the job held it through before ``later`` ran: of a kind in
     :data:`_HELD_THROUGH`, begun no later than ``since`` (the start of the run ``later``
     repeats: the holder had the job before that run began), and over before ``later``
     started (a cut is an instant). Those of ``later``'s own worker begun after the job

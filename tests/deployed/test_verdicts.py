@@ -626,14 +626,15 @@ def test_a_delayed_copy_a_paused_worker_put_back_is_held_through_wherever_it_ran
 
 def test_a_retry_a_paused_worker_held_is_held_through_by_the_later_runs() -> None:
     """dramatiq's fail job, retries 2: its first retry waits out its backoff, held by w2,
-    paused from 3 s to 12.6 s; both copies run their retries, on either worker, and each
-    is dead-lettered. The last retry of one copy (on w1) runs after the other's used the
-    job's last retry (on w1 too): a run after done, held through the pause of w2."""
+    paused from 3 s to 12.6 s; both copies run their retries, all on w1 (w2 never runs
+    the job), and each is dead-lettered. The last retry of one copy runs after the
+    other's used the job's last retry: a run after done, held through the pause of w2
+    only for a system that declares that a worker back puts such copies on the queue."""
 
     def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
         return Execution(exec_, "j1", worker, 100, start, attempt, start, "failed")
 
-    execs = [at("a0", "w1", 1.0, 0), at("a1", "w1", 9.7, 1), at("b1", "w2", 12.6, 1),
+    execs = [at("a0", "w1", 1.0, 0), at("a1", "w1", 9.7, 1), at("b1", "w1", 12.7, 1),
              at("a2", "w1", 15.1, 2), at("b2", "w1", 18.0, 2)]  # fmt: skip
     pause = Fault("pause", 3.0, 12.6, targets=("w2",))
     accepted = [Accepted("j1", 0.0, 2)]
@@ -664,3 +665,28 @@ def test_a_fault_no_worker_held_the_delayed_job_through_leaves_a_finding(
     (v,) = run(execs, {"j1": FINISHED}, faults=[fault], accepted=[Accepted("j1", 0.0, delay=delay)],
                promises=(DUPLICATES, *PROMISES), requeues_held_delayed=True)  # fmt: skip
     assert v.rule == "handed-out-while-held" and v.kind == "finding" and v.causes == ()
+
+
+def test_the_retries_of_a_copy_a_paused_worker_held_are_held_through_its_pause() -> None:
+    """A fail job (retries 2), not delayed, held (prefetched) by w1 through its pause: w2
+    runs it meanwhile, and w1, continued, runs its own copy (the same attempt 0); each
+    copy is retried on its own, here all on w2, and each is dead-lettered. The second
+    copy's last retry runs after the first one's used the job's last retry, on a worker
+    the pause never touched: it comes of the split, which the pause of w1 made."""
+
+    def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
+        return Execution(exec_, "j1", worker, 100, start, attempt, start, "failed")
+
+    execs = [at("a0", "w2", 8.8, 0), at("b0", "w1", 10.9, 0), at("a1", "w2", 13.8, 1),
+             at("b1", "w2", 13.9, 1), at("a2", "w2", 16.5, 2), at("b2", "w2", 18.1, 2)]  # fmt: skip
+    pause = Fault("pause", 1.85, 10.86, targets=("w1",))
+    kill = Fault("kill", 1.36, 2.53, targets=("w2",))
+    promises = (DUPLICATES, *PROMISES)
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill, pause], accepted=[Accepted("j1", 0, 2)],
+                    promises=promises), "ran-after-done")  # fmt: skip
+    assert v.executions == ("a2", "b2") and v.kind == "gap" and v.causes == (pause.describe(),)
+    # a pause not over when w1 ran its copy did not make the split: nothing comes of it
+    late = Fault("pause", 1.85, 11.5, targets=("w1",))
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill, late], accepted=[Accepted("j1", 0, 2)],
+                    promises=promises), "ran-after-done")  # fmt: skip
+    assert v.kind == "finding" and v.causes == ()
