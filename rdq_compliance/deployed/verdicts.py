@@ -420,21 +420,18 @@ _HELD_THROUGH = frozenset({"pause", "cut", "partition"})
 def _held_through(
     j: _Judge, acc: Accepted | None, later: _Run, since: float, runs: Sequence[_Run]
 ) -> list[Fault]:
-    """The faults the job was held through before ``later`` ran (:func:`_held_by`); and
-    those an earlier run of the job was held through when it repeated an attempt another
-    run had begun before it: the job's copies split there, and each later run of either
-    copy (its retries) comes of that split."""
+    """The faults the job was held through before ``later`` ran (:func:`_held_by`); and,
+    where two runs begun by then share an attempt number (the job split in two copies,
+    each retried on its own, and each later run of either copy comes of that split),
+    those either of them was held through, the other's start standing for ``since``
+    (the held copy may run first: its holder, back, ran it while the copy the library
+    handed out again still waited)."""
     out = _held_by(j, acc, later, since, runs)
-    for d in runs:
-        if d is later or d.x.attempt is None or d.start > later.start + j.u:
-            continue
-        first = min(
-            (e for e in runs if e is not d and e.x.attempt == d.x.attempt and e.start < d.start),
-            key=lambda e: (e.start, e.x.exec),
-            default=None,
-        )
-        if first is not None:
-            out += [f for f in _held_by(j, acc, d, first.start, runs) if f not in out]
+    begun = [r for r in runs if r.x.attempt is not None and r.start <= later.start + j.u]
+    for x in begun:
+        for y in begun:
+            if y is not x and y.x.attempt == x.x.attempt:
+                out += [f for f in _held_by(j, acc, x, y.start, runs) if f not in out]
     return out
 
 

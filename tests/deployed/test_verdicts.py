@@ -690,3 +690,26 @@ def test_the_retries_of_a_copy_a_paused_worker_held_are_held_through_its_pause()
     (v,) = only(run(execs, {"j1": FAILED}, faults=[kill, late], accepted=[Accepted("j1", 0, 2)],
                     promises=promises), "ran-after-done")  # fmt: skip
     assert v.kind == "finding" and v.causes == ()
+
+
+def test_a_held_copy_that_ran_first_still_split_the_job() -> None:
+    """The same split, the held copy first: w1, continued after its stop, runs attempt 0
+    of the copy it held at once, and its retry; the copy the library handed out again
+    waits behind w2's long jobs and runs attempt 0 later. Each copy's retries after the
+    job's last one come of the split the stop of w1 made."""
+
+    def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
+        return Execution(exec_, "j1", worker, 100, start, attempt, start, "failed")
+
+    execs = [at("a0", "w1", 10.91, 0), at("a1", "w1", 13.0, 1), at("b0", "w2", 16.5, 0),
+             at("a2", "w2", 17.5, 2), at("b1", "w2", 18.0, 1), at("b2", "w2", 21.4, 2)]  # fmt: skip
+    pause = Fault("pause", 1.84, 10.9, targets=("w1",))
+    kill = Fault("kill", 1.56, 2.65, targets=("w2",))
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill, pause], accepted=[Accepted("j1", 0, 2)],
+                    promises=(DUPLICATES, *PROMISES)), "ran-after-done")  # fmt: skip
+    assert v.executions == ("a2", "b1", "b2")
+    assert v.kind == "gap" and v.causes == (pause.describe(),)
+    # without the stop nothing split the job: a finding
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill], accepted=[Accepted("j1", 0, 2)],
+                    promises=(DUPLICATES, *PROMISES)), "ran-after-done")  # fmt: skip
+    assert v.kind == "finding" and v.causes == ()
