@@ -229,11 +229,12 @@ def test_the_nemesis_acts_on_a_workers_tree_on_its_host(
         assert {places.host_of("w1"), places.host_of("w2")} == {"h0", "h1"}
         # a mid-job pause waits for w2's job, seen in its journal as mirrored here, and
         # looks again with the tree stopped and the mirror brought up to date
-        system.give("w2", "job-r", 2.0)
+        system.give("w2", "job-r")
         mid = Nemesis(
             [PlannedFault("pause", 0.0, 0.3, worker="w2")], f, server, "ns", system.parts,
             mid_job=True,
         ).run(time.time(), 30.0)  # fmt: skip
+        system.release("w2")
         assert mid.errors == [] and [d.caught for d in mid.done] == [("job-r",)]
         assert all(psutil.Process(p).status() != psutil.STATUS_STOPPED for p in tree2)
     finally:

@@ -177,10 +177,11 @@ def test_a_mid_job_kill_and_pause_wait_for_a_job_and_strike_it_running(
     thread.start()
     try:
         # both faults are due at once; each waits for its worker's job, given after t0
-        system.give("w2", "job-a", 2.0)
-        _wait("w2 stopped mid-job", lambda: fleet.slots["w2"].paused)
+        system.give("w2", "job-a")
+        _wait("w2's pause over", lambda: [d for d in nemesis.result.done if d.caught])
         assert fleet.exits == []  # w1 runs no job: its kill waits
-        system.give("w1", "job-b", 5.0)
+        system.release("w2")  # job-a ends after the pause
+        system.give("w1", "job-b")
         thread.join(HANG_S)
     finally:
         nemesis.stop.set()
@@ -233,7 +234,7 @@ def test_a_mid_job_kill_ends_a_job_in_a_process_group_of_its_own_while_stopped(
     monkeypatch.setattr(fleet, "pause", pause_and_measure)
     monkeypatch.setattr(fleet, "kill_pid", kill_pid_and_look)
     leader = fleet.slots["w1"].process.pid  # type: ignore[union-attr]
-    system.give("w1", "job-h", 30.0, own_group=True)
+    system.give("w1", "job-h", own_group=True)
     plan = [PlannedFault("kill", 0.0, 1.0, worker="w1")]
     result = Nemesis(plan, fleet, _NoServer(), "ns", (), mid_job=True).run(time.time(), 60.0)  # type: ignore[arg-type]
     assert result.errors == []

@@ -3,8 +3,8 @@ sleep), for the fleet's and the nemesis's own tests: no queue. A worker exits wi
 status 3 when its flag file (``<folder>/<name>.exit``) appears, deleting it; it runs a
 job when its job file (``<folder>/<name>.job``, written by :meth:`TreeSystem.give`)
 appears: the leader, or a child of it in a process group of its own, journals the job's
-start in its probe, appends the time to ``<name>.job.beats`` every millisecond for the
-seconds asked, journals its end."""
+start in its probe, appends the time to ``<name>.job.beats`` every millisecond until the
+test releases the job (:meth:`TreeSystem.release`), journals its end."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ while True:
         sys.exit(3)
     if os.path.exists(job):
         with open(job) as fh:
-            name, seconds, where = fh.read().split()
+            name, where = fh.read().split()
         os.unlink(job)
         own = where == "own-group" and os.fork()
         if where == "own-group" and not own:  # the child: rq's work horse
@@ -38,10 +38,10 @@ while True:
             probe = ProbeWriter.from_env()
             run = probe.started(name)
             beats = os.open(job + ".beats", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-            end = time.monotonic() + float(seconds)
-            while time.monotonic() < end:
+            while not os.path.exists(job + ".release"):
                 os.write(beats, b"%f\\n" % time.time())
                 time.sleep(0.001)
+            os.unlink(job + ".release")
             probe.ended(run, "succeeded")
             if where == "own-group":
                 os._exit(0)
@@ -63,14 +63,19 @@ class TreeSystem:
     def job_file(self, worker: str) -> Path:
         return self.folder / f"{worker}.job"
 
-    def give(self, worker: str, job: str, seconds: float, *, own_group: bool = False) -> None:
-        """Have ``worker`` run job ``job`` for ``seconds`` (once it looks: every 50 ms),
-        in its leader, or with ``own_group`` in a child in a process group of its own
-        that ignores SIGHUP, as rq's work horse (the leader waits for it)."""
+    def give(self, worker: str, job: str, *, own_group: bool = False) -> None:
+        """Have ``worker`` run job ``job`` (once it looks: every 50 ms) until
+        :meth:`release`, in its leader, or with ``own_group`` in a child in a process
+        group of its own that ignores SIGHUP, as rq's work horse (the leader waits for
+        it)."""
         path = self.job_file(worker)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{job} {seconds} {'own-group' if own_group else 'leader'}")
+        tmp.write_text(f"{job} {'own-group' if own_group else 'leader'}")
         os.replace(tmp, path)
+
+    def release(self, worker: str) -> None:
+        """End the job ``worker`` runs (it journals its end)."""
+        self.folder.joinpath(f"{worker}.job.release").touch()
 
     def beats(self, worker: str) -> Path:
         """The file a running job appends its time to every millisecond."""
