@@ -170,8 +170,10 @@ class Fleet:
 
         return launch
 
-    def _launch(self, slot: _Slot) -> None:
-        """Start the next incarnation of ``slot`` (its lock held)."""
+    def _launch(self, slot: _Slot, after: Exit | None = None) -> None:
+        """Start the next incarnation of ``slot`` (its lock held); ``after``: the exit it
+        restarts, recorded as restarted in the same step as the start (whoever waits for
+        the start sees the exit's restart too)."""
         slot.incarnation += 1
         try:
             process = self.places.start(slot.name, slot.incarnation, self._launch_for(slot.name))
@@ -182,6 +184,9 @@ class Fleet:
         slot.cause = None
         with self._changed:
             slot.starts.append(self.clock())
+            if after is not None:
+                i = self.exits.index(after)
+                self.exits[i] = replace(after, restarted=slot.starts[-1])
             self._changed.notify_all()
 
     def _supervise(self, slot: _Slot) -> None:
@@ -210,13 +215,9 @@ class Fleet:
                 if self._stopping.is_set():
                     return
                 try:
-                    self._launch(slot)
+                    self._launch(slot, after=exit_)
                 except WorkerFailed:
                     return  # the exit stays recorded with no restart
-            with self._changed:
-                i = self.exits.index(exit_)
-                self.exits[i] = replace(exit_, restarted=slot.starts[-1])
-                self._changed.notify_all()
 
     def check_started(self, settle: float) -> None:
         """Wait ``settle`` seconds; a worker that exited on its own meanwhile is
