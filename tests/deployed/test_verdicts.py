@@ -582,6 +582,7 @@ def test_an_attempt_run_twice_uses_one_retry() -> None:
     """A job with 2 retries failed for good: attempt 1 ran twice (a duplicate delivery), so
     the failure that used its last retry is attempt 2's, not the second run of attempt 1,
     and no run came after it."""
+
     def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
         return Execution(exec_, "j1", worker, 100, start, attempt, start + 0.5, "retry-asked")
 
@@ -593,3 +594,122 @@ def test_an_attempt_run_twice_uses_one_retry() -> None:
     got = run([*execs, at("a3", "w2", 8, 3)], {"j1": FAILED}, accepted=[Accepted("j1", 0.0, 2)])
     (v,) = only(got, "ran-after-done")
     assert v.executions == ("a2", "a3")
+
+
+# ---- a delayed copy a worker held through a fault and put back on the queue -------------
+
+#: A promise that tolerates duplicates under a pause (dramatiq's idempotent actors).
+DUPLICATES = Promise(
+    "toy-duplicates", "A job may run again if a worker fails.", "https://toy.invalid/dup",
+    tolerates={rule: frozenset({"pause"}) for rule in ("ran-after-done", "handed-out-while-held")},
+)  # fmt: skip
+
+
+def test_a_delayed_copy_a_paused_worker_put_back_is_held_through_wherever_it_ran() -> None:
+    """A job delayed 1.3 s: w2 holds it until due and is paused from 1.6 s to 10.6 s; the
+    library hands it to w1 meanwhile, and w2, back, puts its copy on the queue, which w1
+    runs too. w2 never ran the job: only a system that declares it puts such copies back
+    has the pause of w2 in play."""
+    pause = Fault("pause", 1.6, 10.6, targets=("w2",))
+    execs = [ex("a", "j1", "w1", 10.7, 12.3, "succeeded", pid=101),
+             ex("b", "j1", "w1", 11.2, 12.8, "succeeded", pid=101)]  # fmt: skip
+    accepted = [Accepted("j1", 0.0, delay=1.3)]
+    promises = (DUPLICATES, *PROMISES)
+    (v,) = run(execs, {"j1": FINISHED}, faults=[pause], accepted=accepted, promises=promises)
+    assert v.rule == "handed-out-while-held" and v.kind == "finding" and v.causes == ()
+    (v,) = run(execs, {"j1": FINISHED}, faults=[pause], accepted=accepted, promises=promises,
+               requeues_held_delayed=True)  # fmt: skip
+    assert_names(v, "handed-out-while-held", "j1", ["w1"])
+    assert v.kind == "gap" and v.promise == DUPLICATES
+    assert v.causes == (pause.describe(),)
+
+
+def test_a_retry_a_paused_worker_held_is_held_through_by_the_later_runs() -> None:
+    """dramatiq's fail job, retries 2: its first retry waits out its backoff, held by w2,
+    paused from 3 s to 12.6 s; both copies run their retries, all on w1 (w2 never runs
+    the job), and each is dead-lettered. The last retry of one copy runs after the
+    other's used the job's last retry: a run after done, held through the pause of w2
+    only for a system that declares that a worker back puts such copies on the queue."""
+
+    def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
+        return Execution(exec_, "j1", worker, 100, start, attempt, start, "failed")
+
+    execs = [at("a0", "w1", 1.0, 0), at("a1", "w1", 9.7, 1), at("b1", "w1", 12.7, 1),
+             at("a2", "w1", 15.1, 2), at("b2", "w1", 18.0, 2)]  # fmt: skip
+    pause = Fault("pause", 3.0, 12.6, targets=("w2",))
+    accepted = [Accepted("j1", 0.0, 2)]
+    promises = (DUPLICATES, *PROMISES)
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[pause], accepted=accepted,
+                    promises=promises), "ran-after-done")  # fmt: skip
+    assert v.executions == ("a2", "b2") and v.kind == "finding" and v.causes == ()
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[pause], accepted=accepted,
+                    promises=promises, requeues_held_delayed=True), "ran-after-done")  # fmt: skip
+    assert v.kind == "gap" and v.promise == DUPLICATES and v.causes == (pause.describe(),)
+
+
+@pytest.mark.parametrize(
+    ("delay", "fault"),
+    [
+        (0.0, Fault("pause", 1.6, 10.6, targets=("w2",))),  # the job waited on no delay
+        (1.3, Fault("pause", 10.8, 11.0, targets=("w2",))),  # began after its first run
+        (1.3, Fault("pause", 1.6, 11.5, targets=("w2",))),  # not over when the copy ran
+        (1.3, Fault("kill", 1.6, 2.6, targets=("w2",))),  # a killed worker holds nothing
+    ],
+    ids=["no-delay", "after-first-run", "not-over", "kill"],
+)
+def test_a_fault_no_worker_held_the_delayed_job_through_leaves_a_finding(
+    delay: float, fault: Fault
+) -> None:
+    execs = [ex("a", "j1", "w1", 10.7, 12.3, "succeeded", pid=101),
+             ex("b", "j1", "w1", 11.2, 12.8, "succeeded", pid=101)]  # fmt: skip
+    (v,) = run(execs, {"j1": FINISHED}, faults=[fault], accepted=[Accepted("j1", 0.0, delay=delay)],
+               promises=(DUPLICATES, *PROMISES), requeues_held_delayed=True)  # fmt: skip
+    assert v.rule == "handed-out-while-held" and v.kind == "finding" and v.causes == ()
+
+
+def test_the_retries_of_a_copy_a_paused_worker_held_are_held_through_its_pause() -> None:
+    """A fail job (retries 2), not delayed, held (prefetched) by w1 through its pause: w2
+    runs it meanwhile, and w1, continued, runs its own copy (the same attempt 0); each
+    copy is retried on its own, here all on w2, and each is dead-lettered. The second
+    copy's last retry runs after the first one's used the job's last retry, on a worker
+    the pause never touched: it comes of the split, which the pause of w1 made."""
+
+    def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
+        return Execution(exec_, "j1", worker, 100, start, attempt, start, "failed")
+
+    execs = [at("a0", "w2", 8.8, 0), at("b0", "w1", 10.9, 0), at("a1", "w2", 13.8, 1),
+             at("b1", "w2", 13.9, 1), at("a2", "w2", 16.5, 2), at("b2", "w2", 18.1, 2)]  # fmt: skip
+    pause = Fault("pause", 1.85, 10.86, targets=("w1",))
+    kill = Fault("kill", 1.36, 2.53, targets=("w2",))
+    promises = (DUPLICATES, *PROMISES)
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill, pause], accepted=[Accepted("j1", 0, 2)],
+                    promises=promises), "ran-after-done")  # fmt: skip
+    assert v.executions == ("a2", "b2") and v.kind == "gap" and v.causes == (pause.describe(),)
+    # a pause not over when w1 ran its copy did not make the split: nothing comes of it
+    late = Fault("pause", 1.85, 11.5, targets=("w1",))
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill, late], accepted=[Accepted("j1", 0, 2)],
+                    promises=promises), "ran-after-done")  # fmt: skip
+    assert v.kind == "finding" and v.causes == ()
+
+
+def test_a_held_copy_that_ran_first_still_split_the_job() -> None:
+    """The same split, the held copy first: w1, continued after its stop, runs attempt 0
+    of the copy it held at once, and its retry; the copy the library handed out again
+    waits behind w2's long jobs and runs attempt 0 later. Each copy's retries after the
+    job's last one come of the split the stop of w1 made."""
+
+    def at(exec_: str, worker: str, start: float, attempt: int) -> Execution:
+        return Execution(exec_, "j1", worker, 100, start, attempt, start, "failed")
+
+    execs = [at("a0", "w1", 10.91, 0), at("a1", "w1", 13.0, 1), at("b0", "w2", 16.5, 0),
+             at("a2", "w2", 17.5, 2), at("b1", "w2", 18.0, 1), at("b2", "w2", 21.4, 2)]  # fmt: skip
+    pause = Fault("pause", 1.84, 10.9, targets=("w1",))
+    kill = Fault("kill", 1.56, 2.65, targets=("w2",))
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill, pause], accepted=[Accepted("j1", 0, 2)],
+                    promises=(DUPLICATES, *PROMISES)), "ran-after-done")  # fmt: skip
+    assert v.executions == ("a2", "b1", "b2")
+    assert v.kind == "gap" and v.causes == (pause.describe(),)
+    # without the stop nothing split the job: a finding
+    (v,) = only(run(execs, {"j1": FAILED}, faults=[kill], accepted=[Accepted("j1", 0, 2)],
+                    promises=(DUPLICATES, *PROMISES)), "ran-after-done")  # fmt: skip
+    assert v.kind == "finding" and v.causes == ()
