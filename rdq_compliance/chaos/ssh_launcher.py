@@ -669,12 +669,6 @@ class SshLauncher:
                     if w._final:
                         await self._stop_mirroring(w)
 
-    def mirror(self, worker: SshWorker) -> None:
-        """Bring ``worker``'s journal here up to date now: one pass of its mirror (a
-        failure leaves it as the last pass did, as the mirror loop does)."""
-        with contextlib.suppress(Exception):
-            self.call(self._mirror_one(worker))
-
     async def _mirror_one(self, worker: SshWorker) -> None:
         async with worker._mirroring:
             await self._mirror_more(worker)

@@ -13,8 +13,7 @@
    (:class:`~rdq_compliance.deployed.fleet.Fleet`); every job is enqueued with
    ``system.enqueue``, one call per job: those the client acknowledged are
    :class:`~rdq_compliance.deployed.verdicts.Accepted` at the time the call returned.
-4. The fault window opens: the nemesis runs the plan (with the scenario's ``mid_job``,
-   each kill and pause once its worker runs a job), then heals everything.
+4. The fault window opens: the nemesis runs the plan, then heals everything.
 5. The drain: ``system.final_states`` every 0.5 s until every accepted job is finished,
    failed for good or held, or until the drain bound (``recovery_after`` + the longest
    job + the scenario's margin); the result says which ended it. The workers alive then
@@ -136,7 +135,7 @@ def _enqueue(system: DeployedSystem, jobs: Sequence[JobSpec], result: CampaignRe
             result.refused[spec.key] = "not acknowledged by the client"
             continue
         result.keys[job] = spec.key
-        result.accepted.append(verdicts.Accepted(job, at, spec.retries, delay=spec.delay))
+        result.accepted.append(verdicts.Accepted(job, at, spec.retries))
 
 
 def _drain(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None:
@@ -229,7 +228,6 @@ def _judge(system: DeployedSystem, result: CampaignResult, fleet: Fleet) -> None
         result.drain,
         execution_limit=result.profile.execution_limit,
         uncertainty=result.uncertainty,
-        requeues_held_delayed=bool(getattr(system, "requeues_held_delayed", False)),
     )
     result.verdicts = verdicts.mark_known(judged, result.known_upstream)
 
@@ -266,9 +264,8 @@ def _run(
         result.timings["enqueue"] = round(result.t0 - started, 3)
         say(f"fault window: {result.plan.window:g} s, {len(result.plan.faults)} faults")
         nemesis = Nemesis(
-            result.plan.faults, fleet, server, result.namespace, system.parts, stop=stop,
-            mid_job=result.plan.scenario.mid_job,
-        )  # fmt: skip
+            result.plan.faults, fleet, server, result.namespace, system.parts, stop=stop
+        )
         result.nemesis = nemesis.run(result.t0, result.plan.window)
         healed = time.time()
         result.timings["window"] = round(healed - result.t0, 3)

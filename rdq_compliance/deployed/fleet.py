@@ -18,14 +18,11 @@ The nemesis acts through :meth:`Fleet.kill` and :meth:`Fleet.pause` (every proce
 tree), :meth:`Fleet.part_pids` (the processes of one part, by role: ``leader`` is the pid
 started, ``descendants`` every process under it) and :meth:`Fleet.kill_pid`, and through
 the places for what needs more than a signal (:attr:`Fleet.places`: a partition, a clock
-skew). :meth:`Fleet.running` tells it which jobs a worker is running now, from the probe
-journal of its current incarnation (read here as it grows; on a fleet, as mirrored, or
-brought up to date first with ``synced=True``).
+skew).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +31,6 @@ from pathlib import Path
 
 from rdq_compliance.deployed.local_places import LocalPlaces
 from rdq_compliance.deployed.places import Places, WorkerTree
-from rdq_compliance.deployed.probe import line_problems
 from rdq_compliance.deployed.system import DeployedSystem, Part, WorkerLaunch, takes_dsn
 from rdq_compliance.provision.process import ProcessFailed
 
@@ -59,36 +55,6 @@ class Exit:
     cause: str
     remnants: tuple[int, ...] = ()
     restarted: float | None = None
-
-
-@dataclass
-class _Tail:
-    """What has been read of one probe journal: the bytes read (whole lines only) and the
-    executions begun and not ended (exec id -> job id, pid)."""
-
-    read: int = 0
-    open: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-    def update(self, path: Path) -> None:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(self.read)
-                data = fh.read()
-        except OSError:
-            return
-        whole = data.rfind(b"\n") + 1  # a line being written, or torn, waits or is skipped
-        self.read += whole
-        for raw in data[:whole].splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue  # torn by a kill: its writer is gone
-            if line_problems(line):
-                continue  # the checker says what is wrong once it reads the journals
-            if line["kind"] == "start":
-                self.open[line["exec"]] = (line["job"], int(line["pid"]))
-            else:
-                self.open.pop(line["exec"], None)
 
 
 @dataclass(eq=False)
@@ -134,7 +100,6 @@ class Fleet:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._tails: dict[Path, _Tail] = {}
 
     # ---- files ---------------------------------------------------------------------
 
@@ -170,10 +135,8 @@ class Fleet:
 
         return launch
 
-    def _launch(self, slot: _Slot, after: Exit | None = None) -> None:
-        """Start the next incarnation of ``slot`` (its lock held); ``after``: the exit it
-        restarts, recorded as restarted in the same step as the start (whoever waits for
-        the start sees the exit's restart too)."""
+    def _launch(self, slot: _Slot) -> None:
+        """Start the next incarnation of ``slot`` (its lock held)."""
         slot.incarnation += 1
         try:
             process = self.places.start(slot.name, slot.incarnation, self._launch_for(slot.name))
@@ -184,9 +147,6 @@ class Fleet:
         slot.cause = None
         with self._changed:
             slot.starts.append(self.clock())
-            if after is not None:
-                i = self.exits.index(after)
-                self.exits[i] = replace(after, restarted=slot.starts[-1])
             self._changed.notify_all()
 
     def _supervise(self, slot: _Slot) -> None:
@@ -215,9 +175,13 @@ class Fleet:
                 if self._stopping.is_set():
                     return
                 try:
-                    self._launch(slot, after=exit_)
+                    self._launch(slot)
                 except WorkerFailed:
                     return  # the exit stays recorded with no restart
+            with self._changed:
+                i = self.exits.index(exit_)
+                self.exits[i] = replace(exit_, restarted=slot.starts[-1])
+                self._changed.notify_all()
 
     def check_started(self, settle: float) -> None:
         """Wait ``settle`` seconds; a worker that exited on its own meanwhile is
@@ -254,7 +218,6 @@ class Fleet:
                 return None
             slot.cause = "killed by the nemesis"
             pids = process.kill()
-            slot.paused = False
             return self.clock(), pids
 
     def pause(self, name: str) -> list[int]:
@@ -272,31 +235,6 @@ class Fleet:
         with slot.lock:
             slot.paused = False
             return slot.process.resume() if slot.process is not None else []
-
-    def running(self, name: str, *, synced: bool = False) -> tuple[str, ...]:
-        """The jobs worker ``name`` is running now, sorted: those of the executions its
-        current incarnation's probe journal shows begun and not ended, in a process of
-        its tree still alive (``()`` when it has no live process). ``synced``: bring the
-        journal here up to date first (on a fleet, one mirror pass; call it while the
-        tree is paused to read its last word)."""
-        return tuple(sorted(set(self.runners(name, synced=synced).values())))
-
-    def runners(self, name: str, *, synced: bool = False) -> dict[int, str]:
-        """The processes of worker ``name`` running a job now, and its job (one per
-        process: the last begun), by the journal as :meth:`running` reads it."""
-        slot = self.slots[name]
-        process = slot.process
-        if process is None or not process.running:
-            return {}
-        if synced:
-            process.sync_journal()
-        path = self.folder / "probe" / f"{name}.{slot.incarnation}.jsonl"
-        tail = self._tails.setdefault(path, _Tail())
-        tail.update(path)
-        if not tail.open:
-            return {}
-        live = set(process.pids())
-        return {pid: job for job, pid in tail.open.values() if pid in live}
 
     def heal(self) -> list[str]:
         """Continue every paused worker; their names."""

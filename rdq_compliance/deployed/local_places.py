@@ -100,9 +100,6 @@ class LocalTree:
     def stop(self, grace: float | None = None) -> None:
         self.process.stop(grace)
 
-    def sync_journal(self) -> None:
-        """Nothing: the journal is written here."""
-
 
 def _alive(proc: psutil.Process) -> bool:
     """Whether ``proc`` still runs (a zombie, dead but not reaped by its parent, does not)."""

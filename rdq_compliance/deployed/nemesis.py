@@ -26,24 +26,6 @@ processes wrote precedes it (the checker ends an execution with no end line at t
 kill that hit its process). A pause's span starts before the SIGSTOP and ends after the
 SIGCONT, so it covers all the time the worker was stopped.
 
-**Mid-job.** With ``mid_job`` (the scenario's), a kill or a pause
-(:data:`~rdq_compliance.deployed.plan.MID_JOB`) waits from its planned time until its
-worker is up, under no other fault, and running a job: its current incarnation's probe
-journal shows an execution begun and not ended in a live process of its tree
-(:meth:`Fleet.running`, looked at every :data:`LOOK_EVERY` seconds). It then SIGSTOPs the
-worker's tree and looks again, the journal brought up to date (on a fleet, one mirror
-pass): with an execution still open, the worker was stopped mid-job, and the pause goes
-on (its span from before that SIGSTOP) or the kill SIGKILLs the stopped tree, the
-processes running the jobs first (a process in a group of its own whose parent died
-first would be continued by the kernel, as POSIX has it for a newly orphaned process
-group with a stopped member, and could end its job before its own SIGKILL); with none
-(the job ended between the two looks), the tree is continued at once and the fault
-waits on. So a mid-job fault always strikes a job being run, whatever the load of the
-machine; :attr:`Done.caught` names the jobs, and :attr:`Done.detail` how long the fault
-waited and how many stops were undone (each lasts one look, and is no fault of the
-campaign). A fault still waiting at the window's end less its length (its latest start
-that keeps it in the window) is an error saying that its worker ran no job in time.
-
 A fault that finds nothing to act on (no live worker, no process of the part, a cut that
 closed no connection) or whose action fails is an error of the campaign
 (:class:`FaultError`), never a silent no-op. At the end of the window everything is
@@ -63,16 +45,14 @@ from typing import Any
 
 from rdq_compliance.deployed.faults import Fault
 from rdq_compliance.deployed.fleet import Fleet
-from rdq_compliance.deployed.plan import MID_JOB, PlannedFault
+from rdq_compliance.deployed.plan import PlannedFault
 from rdq_compliance.deployed.system import Part
 from rdq_compliance.provision.backend import Server
 
-__all__ = ["LOOK_EVERY", "Done", "FaultError", "Nemesis", "NemesisResult"]
+__all__ = ["Done", "FaultError", "Nemesis", "NemesisResult"]
 
 #: How long a kill's end waits for the supervisor's restart, beyond its delay.
 _RESTART_WAIT = 30.0
-#: Seconds between two looks at the journal of a worker a mid-job fault waits for.
-LOOK_EVERY = 0.05
 
 
 @dataclass(frozen=True)
@@ -87,15 +67,13 @@ class FaultError:
 @dataclass
 class Done:
     """A planned fault as done: its span, the pids it hit, how late it started (seconds
-    after its planned time) and how long its action took; for a mid-job fault the jobs
-    its worker was running when it struck (``None``: it did not wait for a job)."""
+    after its planned time) and how long its action took."""
 
     planned: PlannedFault
     fault: Fault
     late: float
     took: float
     detail: str = ""
-    caught: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -125,13 +103,11 @@ class _Open:
     ends_at_restart: bool = False
     lasting: bool = False  # a clock skew: no end until settle_skews()
     offset: float = 0.0
-    caught: tuple[str, ...] | None = None
 
 
 class Nemesis:
     """Runs ``faults`` (times after ``t0``, the window's opening on ``clock``) on
-    ``fleet`` and ``server`` (``namespace``: the campaign's, for cuts); with ``mid_job``
-    each kill and pause waits until its worker runs a job (see the module's docstring)."""
+    ``fleet`` and ``server`` (``namespace``: the campaign's, for cuts)."""
 
     def __init__(
         self,
@@ -143,10 +119,8 @@ class Nemesis:
         *,
         clock: Callable[[], float] = time.time,
         stop: threading.Event | None = None,
-        mid_job: bool = False,
     ) -> None:
         self.faults = sorted(faults, key=lambda f: f.at)
-        self.mid_job = mid_job
         self.fleet = fleet
         self.server = server
         self.namespace = namespace
@@ -156,41 +130,25 @@ class Nemesis:
         self.result = NemesisResult()
         self._open: list[tuple[float, _Open]] = []  # (when to undo, the fault)
         self._restarts: list[_Open] = []
-        self._undone: dict[int, int] = {}  # id(planned) -> stops to look that found no job
 
     # ---- the schedule --------------------------------------------------------------
 
     def run(self, t0: float, window: float) -> NemesisResult:
-        """Do every fault at its time (a mid-job one once its worker runs a job), undo
-        each at its end, heal at ``t0 + window``."""
+        """Do every fault at its time, undo each at its end, heal at ``t0 + window``."""
         todo = list(self.faults)
-        waiting: list[PlannedFault] = []  # mid-job faults due, their worker not yet caught
-        close = t0 + window
-        while todo or waiting or self._open:
+        while todo or self._open:
             next_start = t0 + todo[0].at if todo else math.inf
             next_end = min((t for t, _ in self._open), default=math.inf)
-            next_look = self.clock() + LOOK_EVERY if waiting else math.inf
-            # ties: an end before a start before a look before the window's close
-            due, _, what = min(
-                (next_end, 0, "end"), (next_start, 1, "start"), (next_look, 2, "look"),
-                (close, 3, "close"),
-            )  # fmt: skip
+            due = min(next_start, next_end, t0 + window)
             if self.stop.wait(max(0.0, due - self.clock())):
                 break
-            if what == "end":
+            if next_end <= next_start and next_end <= t0 + window:
                 self._undo_due()
-            elif what == "start":
-                planned = todo.pop(0)
-                if self.mid_job and planned.kind in MID_JOB:
-                    waiting.append(planned)
-                    self._look(waiting, t0, window)
-                else:
-                    self._start(planned, t0)
-            elif what == "look":
-                self._look(waiting, t0, window)
+            elif todo and next_start <= t0 + window:
+                self._start(todo.pop(0), t0)
             else:
                 break
-        for planned in [*waiting, *todo]:
+        for planned in todo:
             self._error(planned, "not started: the window closed first")
         self.heal()
         self._close_kills()
@@ -253,7 +211,7 @@ class Nemesis:
             pids=f.pids,
             offset=f.offset,
         )
-        self.result.done.append(Done(f.planned, fault, f.late, f.took, f.detail, f.caught))
+        self.result.done.append(Done(f.planned, fault, f.late, f.took, f.detail))
 
     def _error(self, planned: PlannedFault, message: str) -> None:
         text = f"{planned.kind} at +{planned.at:g} s ({planned.what()}): "
@@ -279,80 +237,6 @@ class Nemesis:
             self._record(opened, None)
         else:
             self._record(opened, opened.start)
-
-    # ---- mid-job faults --------------------------------------------------------------
-
-    def _look(self, waiting: list[PlannedFault], t0: float, window: float) -> None:
-        """Strike each waiting fault whose worker runs a job now; give up on those past
-        their latest start (the window's end less their length)."""
-        for planned in list(waiting):
-            worker = planned.worker
-            assert worker is not None
-            latest = t0 + max(planned.at, window - planned.lasts)
-            if self.clock() > latest:
-                waiting.remove(planned)
-                self._error(
-                    planned,
-                    f"not started: worker {worker} was running no job (or was down or under "
-                    f"another fault) from +{planned.at:g} s to +{latest - t0:.3f} s, the "
-                    f"latest start that keeps its {planned.lasts:g} s in the window",
-                )
-                continue
-            ready = worker in self.fleet.live() and not any(
-                worker in f.targets for _, f in self._open
-            )
-            if ready and self.fleet.running(worker) and self._strike(planned, t0):
-                waiting.remove(planned)
-
-    def _strike(self, planned: PlannedFault, t0: float) -> bool:
-        """SIGSTOP the worker, and go on with the fault if its journal, brought up to
-        date, shows it running a job; else continue it at once (``False``: wait on)."""
-        worker = planned.worker
-        assert worker is not None
-        before = self.clock()
-        late = before - (t0 + planned.at)
-        pids = self.fleet.pause(worker)
-        if not pids:
-            return False  # gone meanwhile: its restart is looked at again
-        caught = self.fleet.running(worker, synced=True)
-        if not caught:
-            self.fleet.resume(worker)
-            self._undone[id(planned)] = self._undone.get(id(planned), 0) + 1
-            return False
-        undone = self._undone.pop(id(planned), 0)
-        how = f"mid-job after {late:.3f} s of waiting, running {', '.join(caught)}" + (
-            f"; {undone} stop(s) to look found no job and were undone at once" if undone else ""
-        )
-        if planned.kind == "pause":
-            opened = _Open(
-                planned, before, late, self.clock() - before, (worker,),
-                detail=f"pids {', '.join(map(str, pids))}; {how}",
-                undo=lambda: self.fleet.resume(worker), caught=caught,
-            )  # fmt: skip
-            self._open.append((opened.start + planned.lasts, opened))
-            return True
-        # the processes running the jobs first: one whose parent died before it, in a
-        # process group of its own (rq's work horse), would be continued by the kernel
-        # (SIGHUP and SIGCONT to a newly orphaned group with a stopped member) and could
-        # end its job before its own SIGKILL
-        leader = self.fleet.part_pids(worker, Part("main", role="leader"))
-        for pid in sorted(set(self.fleet.runners(worker)) - set(leader)):
-            self.fleet.kill_pid(worker, pid)
-        hit = self.fleet.kill(worker)
-        if hit is None:
-            self.fleet.resume(worker)
-            self._error(planned, f"no live worker {worker} to kill once stopped mid-job")
-            return True
-        gone, killed = hit
-        opened = _Open(
-            planned, gone, late, gone - before, (worker,),
-            detail=f"pids {', '.join(map(str, killed))}; stopped {how}, then killed",
-            ends_at_restart=True, caught=caught,
-        )  # fmt: skip
-        self._restarts.append(opened)
-        return True
-
-    # ---- the faults at their time ----------------------------------------------------
 
     def _kill(self, planned: PlannedFault, before: float, late: float) -> _Open | None:
         assert planned.worker is not None

@@ -112,11 +112,6 @@ class WorkerTree(Protocol):
         release the watchdog (idempotent)."""
         ...
 
-    def sync_journal(self) -> None:
-        """Bring this incarnation's probe journal here up to date now (on a fleet, one
-        pass of its mirror; here, where the workers write it, nothing to do)."""
-        ...
-
 
 class Places(Protocol):
     """Where a campaign's workers run (see the module's docstring)."""

@@ -30,12 +30,6 @@ acts on every worker of the host); the window is stretched to fit the longest fa
 clock skew is no span of the window: its worker's clock jumps ahead at a time drawn in
 the window's first quarter and stays ahead until the workers stop, whatever else befalls
 the worker meanwhile; each skew is on another worker (on a fleet: another host).
-
-A scenario with ``mid_job`` makes each whole-worker kill and pause (:data:`MID_JOB`)
-wait from its time until its worker runs a job, at the latest until the window's end
-less the fault's length (the nemesis does the waiting); the plan's notes say so. The
-drawn times are the earliest; a waiting fault strikes only a worker that is up and under
-no other fault.
 """
 
 from __future__ import annotations
@@ -56,7 +50,6 @@ from rdq_compliance.provision.backend import (
 )
 
 __all__ = [
-    "MID_JOB",
     "NotRun",
     "Plan",
     "PlanKind",
@@ -76,8 +69,6 @@ _SERVER_NEEDS: Mapping[str, tuple[str, ...]] = {
     "server-freeze": (PAUSE_SERVER,),
     "cut": (CUT_CONNECTIONS,),
 }
-#: The kinds that wait for their worker to run a job when the scenario says ``mid_job``.
-MID_JOB: frozenset[str] = frozenset({"kill", "pause"})
 #: Seconds between two faults on one worker, or on the server.
 _GAP = 0.5
 #: Seconds a worker killed needs after its restart before it is a target again.
@@ -419,11 +410,6 @@ def _faults(
         planned += skews
         not_run += no_skews
     planned.sort(key=lambda f: (f.at, f.kind))
-    if scenario.mid_job and any(f.kind in MID_JOB for f in planned):
-        notes.append(
-            "mid_job: each kill and pause waits from its time until its worker runs a job, "
-            "at the latest until the window's end less its length"
-        )
     return planned, not_run, window, notes
 
 

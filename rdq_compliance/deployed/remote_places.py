@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +74,9 @@ class RemoteTree:
     """A worker incarnation on a host: its watchdog there, reached over the host's SSH
     connection (a :class:`~rdq_compliance.deployed.places.WorkerTree`)."""
 
-    def __init__(
-        self, worker: SshWorker, grace: float, mirror: Callable[[SshWorker], None]
-    ) -> None:
+    def __init__(self, worker: SshWorker, grace: float) -> None:
         self.worker = worker
         self.grace = grace
-        self._mirror = mirror
 
     @property
     def pid(self) -> int:
@@ -136,11 +133,6 @@ class RemoteTree:
         grace = self.grace if grace is None else grace
         self._ask(f"stop {grace:g}", grace + _ANSWER_S)
         self.worker.release()
-
-    def sync_journal(self) -> None:
-        """One pass of the journal's mirror now (nothing when the host is lost)."""
-        if not self.worker.link.lost:
-            self._mirror(self.worker)
 
 
 class RemotePlaces:
@@ -244,7 +236,7 @@ class RemotePlaces:
             )
 
         spawned = self.launcher.spawn(self.workers.index(worker), make)
-        return RemoteTree(spawned, self.grace, self.launcher.mirror)
+        return RemoteTree(spawned, self.grace)
 
     # ---- the faults --------------------------------------------------------------------
 

@@ -138,7 +138,6 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
                 "late": round(d.late, 3),
                 "took": round(d.took, 3),
                 "detail": d.detail,
-                "caught": list(d.caught) if d.caught is not None else None,
             }
             for d in nem.done
         ],
@@ -160,7 +159,6 @@ def as_dict(result: CampaignResult) -> dict[str, Any]:
                 "key": result.keys.get(a.job),
                 "at": _t(result, a.at),
                 "retries": a.retries,
-                "delay": a.delay,
             }
             for a in result.accepted
         ],

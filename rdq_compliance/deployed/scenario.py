@@ -2,8 +2,7 @@
 
 A :class:`Scenario` says how many workers run, the job mix (how many jobs of each
 handler behaviour, how many of them delayed), the fault window, the faults planned in it
-(and whether its kills and pauses wait until their worker runs a job: ``mid_job``) and
-the drain's margin; :func:`rdq_compliance.deployed.plan.make_plan` draws a plan from
+and the drain's margin; :func:`rdq_compliance.deployed.plan.make_plan` draws a plan from
 it for one seed, one system and one server. Two scenarios are built in
 (:data:`BUILTIN`): ``standard`` and a short ``smoke`` (for tests); :func:`load_scenario`
 also reads a TOML file (see :data:`EXAMPLE`).
@@ -64,9 +63,6 @@ class Scenario:
     partition_factor: float = 1.5  # partition_factor x recovery_after
     clock_skew: int = 1  # a worker's clock (on a fleet: its host's) jumps ahead by
     skew_factor: float = 1.5  # skew_factor x recovery_after, until the workers stop
-    # each whole-worker kill and pause waits, from its time, until its worker runs a job
-    # (its probe journal shows an execution begun and not ended), then strikes mid-job
-    mid_job: bool = False
     # the drain: recovery_after + the longest job + this
     drain_margin: float = 30.0
 
@@ -83,9 +79,6 @@ class Scenario:
                     raise ScenarioError(
                         f"succeed_seconds: [low, high] with 0 <= low <= high, not {list(value)}"
                     )
-            elif f.type == "bool":
-                if not isinstance(value, bool):
-                    raise ScenarioError(f"{f.name}: true or false, not {value!r}")
             elif f.type == "int":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ScenarioError(f"{f.name}: an integer >= 0, not {value!r}")
@@ -174,7 +167,6 @@ partition = 1
 partition_factor = 1.5
 clock_skew = 1
 skew_factor = 1.5
-mid_job = false      # true: each kill and pause waits until its worker runs a job
 """
 
 _TOP = {"name", "workers", "window", "drain_margin"}
@@ -182,7 +174,7 @@ _JOBS = {"succeed", "succeed_seconds", "sleep", "fail", "retry", "retries", "hol
          "max_delay"}  # fmt: skip
 _FAULTS = {"kill", "restart_after", "pause", "pause_factor", "part_kill", "server_kill",
            "server_down", "server_freeze", "server_frozen", "cut", "partition",
-           "partition_factor", "clock_skew", "skew_factor", "mid_job"}  # fmt: skip
+           "partition_factor", "clock_skew", "skew_factor"}  # fmt: skip
 _COUNTS = {"succeed", "sleep", "fail", "retry", "hold", "delayed", "kill", "pause", "part_kill",
            "server_kill", "server_freeze", "cut", "partition", "clock_skew"}  # fmt: skip
 

@@ -206,8 +206,8 @@ class Promise:
 class DeployedSystem(Protocol):
     """A queue library as deployed: what the kit needs to run, feed and read it.
 
-    Four optional class attributes, read with ``getattr``, say what the harness cannot
-    ask of every library, how its workers hold jobs, or what its tracker already knows:
+    Three optional class attributes, read with ``getattr``, say what the harness cannot
+    ask of every library, or what its tracker already knows:
 
     - ``retries_per_job = False``: the library takes no retry count per job (a budget set
       once for every job); its jobs then ask for none (``JobSpec.retries`` ``None``);
@@ -215,12 +215,6 @@ class DeployedSystem(Protocol):
       namespace (a library's own client names them its own way), so the server's
       ``cut_connections(namespace)`` would find none of them; the connection cut is then
       listed as not run;
-    - ``requeues_held_delayed = True``: its workers keep the delayed jobs they fetch (a
-      job's delay, a retry's backoff) until due, and a worker back from a pause, a cut or
-      a partition puts the copy it held on the queue for any worker to run, though the
-      library handed the job out again meanwhile; the checker then counts such a fault of
-      any worker, begun while the job waited on a delay, as one a later run of it was
-      held through (:mod:`rdq_compliance.deployed.verdicts`);
     - ``known_upstream``: :class:`~rdq_compliance.known_upstream.KnownUpstream` entries,
       each naming a public issue of the library and covering, by deployed rule ids
       (``rules``) and a regular expression searched in the verdict's message

@@ -75,14 +75,13 @@ SETTLED = frozenset({"finished", "failed-for-good", "held"})
 @dataclass(frozen=True)
 class Accepted:
     """A job whose enqueue the library's client acknowledged at ``at`` (true time): the
-    retries it asked (``None``: the library's default), its own time limit in seconds
-    (``None``: the profile's) and the delay it asked before its first run, seconds."""
+    retries it asked (``None``: the library's default) and its own time limit in seconds
+    (``None``: the profile's)."""
 
     job: str
     at: float
     retries: int | None = None
     limit: float | None = None
-    delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -156,14 +155,12 @@ class _Judge:
         drain: Drain,
         limit: float | None,
         uncertainty: float,
-        requeues_held_delayed: bool = False,
     ) -> None:
         self.faults = faults
         self.promises = promises
         self.drain = drain
         self.limit = limit
         self.u = uncertainty
-        self.requeues_held_delayed = requeues_held_delayed
         self.out: list[Verdict] = []
 
     def run(self, x: Execution) -> _Run:
@@ -250,16 +247,13 @@ def judge(
     *,
     execution_limit: float | None = None,
     uncertainty: float = 0.0,
-    requeues_held_delayed: bool = False,
 ) -> list[Verdict]:
     """Every verdict over one deployed campaign, rule by rule (:data:`RULES` order), job
     by job. ``execution_limit``: the profile's time limit of an execution, seconds;
-    ``uncertainty``: how far apart two times must be to be ordered, seconds;
-    ``requeues_held_delayed``: the system's declaration that a worker back from a fault
-    puts the delayed copies it held back on the queue (:func:`_held_through`)."""
+    ``uncertainty``: how far apart two times must be to be ordered, seconds."""
     if uncertainty < 0 or math.isnan(uncertainty):
         raise ValueError("uncertainty is a number of seconds >= 0")
-    j = _Judge(faults, promises, drain, execution_limit, uncertainty, requeues_held_delayed)
+    j = _Judge(faults, promises, drain, execution_limit, uncertainty)
     by_job: dict[str, list[_Run]] = defaultdict(list)
     for x in executions:
         by_job[x.job].append(j.run(x))
@@ -396,7 +390,7 @@ def _ran_after_done(
     ws = {done.x.worker, *(r.x.worker for r in later)}
     faults = j.causes(ws, done.start, max(r.start for r in later))
     for r in later:
-        faults += [f for f in _held_through(j, acc, r, done.start, runs) if f not in faults]
+        faults += [f for f in _held_through(j, acc, r, done.start) if f not in faults]
     if done is confirmed:
         what = f"recorded {final.state} ({final.words!r}) by {done.describe()}"
     else:
@@ -417,73 +411,19 @@ def _ran_after_done(
 _HELD_THROUGH = frozenset({"pause", "cut", "partition"})
 
 
-def _held_through(
-    j: _Judge, acc: Accepted | None, later: _Run, since: float, runs: Sequence[_Run]
-) -> list[Fault]:
-    """The faults the job was held through before ``later`` ran (:func:`_held_by`); and,
-    where two runs begun by then share an attempt number (the job split in two copies,
-    each retried on its own, and each later run of either copy comes of that split),
-    those either of them was held through, the other's start standing for ``since``
-    (the held copy may run first: its holder, back, ran it while the copy the library
-    handed out again still waited)."""
-    out = _held_by(j, acc, later, since, runs)
-    begun = [r for r in runs if r.x.attempt is not None and r.start <= later.start + j.u]
-    for x in begun:
-        for y in begun:
-            if y is not x and y.x.attempt == x.x.attempt:
-                out += [f for f in _held_by(j, acc, x, y.start, runs) if f not in out]
-    return out
-
-
-def _held_by(
-    j: _Judge, acc: Accepted | None, later: _Run, since: float, runs: Sequence[_Run]
-) -> list[Fault]:
-    """The faults a holder of the job held it through before ``later`` ran: of a kind in
-    :data:`_HELD_THROUGH`, begun no later than ``since`` (the start of the run ``later``
-    repeats: the holder had the job before that run began), and over before ``later``
-    started (a cut is an instant). Those of ``later``'s own worker begun after the job
-    was accepted; and, for a system that declares ``requeues_held_delayed`` (its workers
-    keep the delayed copies they fetched until due, and one back from such a fault puts
-    its copy on the queue for any worker to run, though the library handed the job out
-    again meanwhile), those of any worker begun while the job waited on a delay
-    (:func:`_delay_waits`)."""
+def _held_through(j: _Judge, acc: Accepted | None, later: _Run, since: float) -> list[Fault]:
+    """The faults ``later``'s worker held the job through: of a kind in
+    :data:`_HELD_THROUGH`, begun after the job was accepted and no later than ``since``
+    (the start of the run ``later`` repeats: the worker had the job before that run
+    began), and over before ``later`` started (a cut is an instant)."""
     begin = acc.at if acc is not None else float("-inf")
-
-    def held(f: Fault) -> bool:
-        over = f.start if f.kind == "cut" and f.end is None else f.until
-        return f.kind in _HELD_THROUGH and f.start <= since + j.u and over <= later.start + j.u
-
-    out = [
+    return [
         f
         for f in j.causes([later.x.worker], begin, later.start)
-        if held(f) and begin - j.u <= f.start
+        if f.kind in _HELD_THROUGH
+        and begin - j.u <= f.start <= since + j.u
+        and (f.start if f.kind == "cut" and f.end is None else f.until) <= later.start + j.u
     ]
-    if j.requeues_held_delayed:
-        waits = _delay_waits(acc, runs, since)
-        out += [
-            f
-            for f in j.causes(None, begin, later.start)
-            if f not in out and held(f) and any(a - j.u <= f.start <= b + j.u for a, b in waits)
-        ]
-    return out
-
-
-def _delay_waits(
-    acc: Accepted | None, runs: Sequence[_Run], since: float
-) -> list[tuple[float, float]]:
-    """When the job waited on a delay before ``since``: from its acceptance to its first
-    run when it asked a delay, and from the end of each run that failed or asked for a
-    retry (its retry waits out a backoff) to ``since``."""
-    waits = []
-    if acc is not None and acc.delay > 0:
-        first = min((r.start for r in runs), default=since)
-        waits.append((acc.at, min(first, since)))
-    waits += [
-        (r.end, since)
-        for r in runs
-        if r.end is not None and r.x.outcome in ("failed", "retry-asked") and r.end <= since
-    ]
-    return waits
 
 
 def _limit(j: _Judge, acc: Accepted | None) -> float | None:
@@ -502,7 +442,7 @@ def _handed_out(j: _Judge, job: str, acc: Accepted | None, runs: list[_Run]) -> 
                 f for f in j.causes([b.x.worker], a.start, span_end)
                 if f.kind == "clock-skew" and f not in faults
             ]  # fmt: skip
-            faults += [f for f in _held_through(j, acc, b, a.start, runs) if f not in faults]
+            faults += [f for f in _held_through(j, acc, b, a.start) if f not in faults]
             over = j.over(a, b.start, limit)
             j.report(
                 HANDED_OUT_WHILE_HELD, job, [a, b], faults,

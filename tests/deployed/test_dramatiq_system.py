@@ -15,13 +15,6 @@ What dramatiq 2.2.1 does on that SIGKILL, as this test holds it:
   (brokers/redis/dispatch.lua L106-L131), and it runs again with the same ``retries`` count (a
   redelivery is not a retry).
 
-And what it does with a delayed message held by a worker that is paused past
-``heartbeat_timeout`` (Bogdanp/dramatiq#431, open): the worker keeps it in memory until
-its eta; maintenance requeues it meanwhile, another worker promotes and runs it; once
-continued, the paused worker promotes its own copy too, which the other worker runs
-again. The checker finds the pause among the causes only because the system declares
-``requeues_held_delayed``: the paused worker never ran the message.
-
 Needs the Redis at ``RDQ_REDIS_DSN`` (default ``redis://127.0.0.1:6379/0``); the campaign
 lives in a namespace of its own, dropped at the end.
 """
@@ -323,95 +316,6 @@ def test_a_sigkilled_parent_leaves_its_worker_processes_working(
         worker.kill()
         assert worker.pids() == []
         worker.stop()
-        system.close()
-        redis_client.close()
-        server.drop_namespace(namespace)
-
-
-def test_a_worker_paused_holding_a_delayed_message_puts_its_copy_back_for_another_to_run(
-    server: Server, tmp_path: Path
-) -> None:
-    namespace = server.create_namespace()
-    system = DramatiqSystem()
-    system.bind(server.dsn, namespace, str(tmp_path), "fast")
-    redis_client = redis.Redis.from_url(server.dsn)
-    heartbeats = f"rdq:{{{namespace}:__heartbeats__"
-    probes = {name: tmp_path / f"{name}.probe" for name in ("w1", "w2")}
-    workers: dict[str, ManagedProcess] = {}
-
-    def start(name: str, threads: int) -> None:
-        """A worker of one process (its queue consumer prefetches 2 x ``threads``)."""
-        launch = system.worker(name, "fast", str(probes[name]))
-        argv = (*launch.argv[:2], "--processes", "1", "--threads", str(threads))
-        workers[name] = ManagedProcess(
-            argv, log_path=tmp_path / f"{name}.log", env={**os.environ, **launch.env},
-            cwd=tmp_path,
-        ).start()  # fmt: skip
-
-    def runs(job: str) -> list[Execution]:
-        return _journal(list(probes.values())).get(job, [])
-
-    try:
-        # w2, one thread: it runs one long job and holds the other fetched, so its queue
-        # consumer fetches nothing more (they outlive the test)
-        start("w2", threads=1)
-        wait_for("w2's heartbeat", lambda: redis_client.zcard(heartbeats) >= 1)
-        (w2_broker,) = (b.decode() for b in redis_client.zrange(heartbeats, 0, -1))
-        long = system.enqueue([JobSpec(k, "sleep", seconds=300) for k in ("s1", "s2")])
-        wait_for("one long job running on w2", lambda: any(runs(j) for j in long.values()))
-        wait_for("the other fetched by w2", lambda: all(
-            s.state == "running" for s in system.final_states(list(long.values())).values()
-        ))  # fmt: skip
-        # the delayed message, held by w2 until its eta, and w2 paused before it
-        accepted_at = time.time()
-        job = system.enqueue([JobSpec("later", delay=3.0)])["later"]
-        held_by = f"delayed on default.DQ, held until its eta by broker {w2_broker}"
-        wait_for("w2 holding it", lambda: system.final_states([job])[job].words == held_by)
-        paused_at = time.time()
-        workers["w2"].pause()
-        assert system.final_states([job])[job].words == held_by  # w2 had not promoted it
-        # w1, four threads, polls; heartbeat_timeout after w2's last heartbeat, its
-        # dispatch requeues w2's messages; it promotes the delayed one and runs it
-        start("w1", threads=4)
-        first = wait_for("the message run on w1", lambda: [x for x in runs(job) if x.ended])
-        resumed_at = time.time()
-        workers["w2"].resume()
-        # w2, continued, promotes the copy it held; w1 runs it (w2's consumer is full)
-        wait_for("its second run", lambda: len([x for x in runs(job) if x.ended]) == 2)
-        assert [(x.worker, x.attempt, x.outcome) for x in runs(job)] == [
-            ("w1", 0, "succeeded"), ("w1", 0, "succeeded")
-        ]  # fmt: skip
-        assert first[0].started > paused_at + HEARTBEAT_S and runs(job)[1].started > resumed_at
-        final = system.final_states([job])
-        assert final[job].state == "finished"
-        log = (tmp_path / "w2.log").read_text()
-        assert "Traceback" not in log
-
-        # the checker: w2 never ran the message, yet its pause is the cause, because the
-        # system declares that a worker back from a pause promotes the copies it held
-        pause = Fault("pause", paused_at, resumed_at, ("w2",))
-        accepted = [Accepted(job, accepted_at, delay=3.0)]
-        assert system.requeues_held_delayed is True
-
-        def verdicts(requeues: bool) -> list[tuple[str, str, tuple[str, ...]]]:
-            return [
-                (v.rule, v.kind, v.causes)
-                for v in judge(
-                    runs(job), [pause], accepted, final, PROMISES,
-                    Drain(time.time(), frozenset({"w1", "w2"})),
-                    execution_limit=system.profiles["fast"].execution_limit,
-                    requeues_held_delayed=requeues,
-                )
-            ]  # fmt: skip
-
-        ((rule, kind, causes),) = verdicts(False)
-        assert rule in ("ran-after-done", "handed-out-while-held")
-        assert (kind, causes) == ("finding", ())
-        assert verdicts(True) == [(rule, "gap", (pause.describe(),))]
-    finally:
-        for w in workers.values():
-            w.kill()
-            w.stop()
         system.close()
         redis_client.close()
         server.drop_namespace(namespace)

@@ -1,8 +1,7 @@
 """A deployed scenario's plan: the same seed gives the same plan, another seed another;
 what the system, the server or the places the workers run in cannot do is listed with
 the reason, never dropped; on a fleet a partition takes a whole host and each clock skew
-another host; a scenario file is read (``mid_job`` keeps the times and says so in the
-plan's notes), and a bad one is one clear error."""
+another host; a scenario file is read, and a bad one is one clear error."""
 
 from __future__ import annotations
 
@@ -158,17 +157,9 @@ def test_a_scenario_file_is_read(tmp_path: Path) -> None:
     assert (s.name, s.workers, s.succeed, s.succeed_seconds, s.cut, s.window) == (
         "mine", 2, 6, (0.05, 0.3), 1, 15
     )  # fmt: skip
-    assert s.mid_job is False and not any("mid_job" in n for n in _plan(1, scenario=s).notes)
     path.write_text('name = "quiet"\n[jobs]\nsleep = 2\n')
     quiet = load_scenario(path)
     assert (quiet.sleep, quiet.succeed, quiet.kill, quiet.window) == (2, 0, 0, STANDARD.window)
-    path.write_text(EXAMPLE.replace("mid_job = false", "mid_job = true"))
-    eager = load_scenario(path)
-    assert eager.mid_job is True
-    plan = _plan(1, scenario=eager)
-    assert plan.faults == _plan(1, scenario=s).faults  # the same times: the earliest
-    note = "mid_job: each kill and pause waits from its time until its worker runs a job"
-    assert any(n.startswith(note) for n in plan.notes) and f"  {note}" in "\n".join(plan.lines())
     assert load_scenario("smoke") is BUILTIN["smoke"]
 
 
@@ -178,7 +169,6 @@ def test_a_scenario_file_is_read(tmp_path: Path) -> None:
         ("[jobs]\nsucced = 3\n", r"unknown key \[jobs\] 'succed' \(known: delayed, fail"),
         ("workers = 0\n", "workers: at least 1"),
         ("[faults]\nkill = -1\n", "kill: an integer >= 0, not -1"),
-        ("[faults]\nmid_job = 1\n", "mid_job: true or false, not 1"),
         ("[jobs]\nsucceed_seconds = [1, 0.5]\n", "succeed_seconds: .low, high. with"),
         ("[jobs]\nsucceed = 1\ndelayed = 2\n", "delayed: 2 of only 1 jobs"),
         ("name = [\n", "cannot be read as TOML"),

@@ -23,19 +23,6 @@ know: an ack deletes the message, so a finished job is known only by its stored 
 for ``result_ttl`` (10 minutes by default); a dead letter only for ``dead_message_ttl``
 (7 days). After both, dramatiq has no record of it (``unknown``).
 
-A worker keeps the delayed messages it fetches (a message sent with a delay, a retry
-waiting out its backoff) in memory until their eta; then it enqueues a copy on the queue
-and acks the original (worker.py L346-362). One paused past ``heartbeat_timeout`` loses
-its originals to maintenance (dispatch.lua L110-124), which another worker promotes; once
-continued it still enqueues its own copy, and its ack finds nothing (L191-196): two copies
-of one message, which any workers run, each with its own retries (a ``fail`` message
-dead-lettered twice). Bogdanp/dramatiq#431 (open) reports it; the findings of the
-adapter's track call it F3. The system declares it (``requeues_held_delayed``), so that
-the checker finds the paused worker among those that held the message, though it never
-ran it: a duplicate so made is a gap under that pause, within
-``dramatiq-idempotent-actors`` ("may receive the same message multiple times in the
-event of a worker failure").
-
 Links point at the tag ``v2.2.1`` (docs/source/ and the code).
 """
 
@@ -308,9 +295,6 @@ class DramatiqSystem:
     )  # fmt: skip
     promises = PROMISES
     profiles = PROFILES
-    #: A worker back from a pause promotes the delayed copies it held, though they were
-    #: handed out again meanwhile (the module's docstring; Bogdanp/dramatiq#431).
-    requeues_held_delayed = True
 
     def __init__(self) -> None:
         self._url: str | None = None
